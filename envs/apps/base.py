@@ -1,0 +1,316 @@
+"""The shared machinery of the app operations: the ``World`` handle, ``ToolError``, atomic writes, the tool registry.
+
+Every app operation is a plain function ``op(world: World, ...) -> str`` registered with ``@tool(app)`` under the name
+``<app>.<op>``. ``call_tool`` is the one door the harnesses, MCP servers and oracles go through: it validates the
+arguments against the function signature with pydantic and turns every expected failure (bad arguments, a path that
+leaves the world, an OS error) into a ``ToolError`` whose message a model can act on.
+
+Example::
+
+    world = World(Path("worlds/ib-1"))
+    call_tool(world, "sheets.read_cell", {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "C5"})
+    # -> "412.5"
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+import os
+import tempfile
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, create_model
+
+from envs.paths import PathEscapeError, resolve_inside
+
+
+class ToolError(Exception):
+    """An operation failed in a way the model can fix (wrong path, sheet, id, argument...); the message says how."""
+
+
+# Which tool reads a file of a given binary format: used in error messages that point the model to the right app.
+READER_BY_SUFFIX: dict[str, str] = {
+    ".docx": "docs.read_document",
+    ".xlsx": "sheets.read_sheet",
+    ".pdf": "pdf.read_pdf",
+    ".pptx": "slides.read_deck",
+}
+
+
+@dataclass(frozen=True)
+class World:
+    """A world folder: ``filesystem/`` holds the company's files, ``apps_data/`` the mail, chat and calendar state."""
+
+    root: Path
+
+    @property
+    def fs_root(self) -> Path:
+        return self.root / "filesystem"
+
+    @property
+    def apps_root(self) -> Path:
+        return self.root / "apps_data"
+
+    def path(self, rel: str) -> Path:
+        """Resolve ``rel`` (relative to ``filesystem/``), refusing ``..``, absolute paths and symlinks that leave it."""
+        return resolve_inside(self.fs_root, rel)
+
+    def rel(self, file: Path) -> str:
+        """The path of ``file`` relative to ``filesystem/``, as the model sees it."""
+        return file.relative_to(self.fs_root.resolve()).as_posix() or "."
+
+
+# --- file helpers ----------------------------------------------------------------------------------------------------
+
+
+def existing_file(world: World, path: str, suffixes: tuple[str, ...]) -> Path:
+    """Resolve ``path`` to an existing file whose extension is one of ``suffixes``, or raise a helpful ToolError."""
+    file = world.path(path)
+    if file.suffix.lower() not in suffixes:
+        wanted = " or ".join(suffixes)
+        reader = READER_BY_SUFFIX.get(file.suffix.lower(), "filesystem.read_file")
+        raise ToolError(f"{path!r} is not a {wanted} file (extension {file.suffix or 'none'!r}); read it with {reader}")
+    if file.is_dir():
+        raise ToolError(f"{path!r} is a directory, not a file")
+    if not file.exists():
+        raise ToolError(f"no file {path!r} in the filesystem{_nearby_hint(world, file, suffixes)}")
+    return file
+
+
+def _nearby_hint(world: World, missing: Path, suffixes: tuple[str, ...]) -> str:
+    """Name the files with a matching extension in the closest existing folder, best matches first."""
+    root = world.fs_root.resolve()
+    folder = missing.parent  # inside root: ``missing`` came from World.path
+    while folder != root and not folder.is_dir():
+        folder = folder.parent
+    if not folder.is_dir():
+        return ""
+    candidates = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
+    if not candidates:
+        return f"; {world.rel(folder)}/ holds no {'/'.join(suffixes)} files (use filesystem.list_files)"
+    close = difflib.get_close_matches(missing.name, candidates, n=5, cutoff=0.0)
+    return f"; {'/'.join(suffixes)} files in {world.rel(folder)}/: {', '.join(close)}"
+
+
+Loaded = TypeVar("Loaded")
+
+
+def open_with(loader: Callable[[Path], Loaded], file: Path, kind: str) -> Loaded:
+    """Open ``file`` with a third-party parser, turning its failure on a corrupt file into a ToolError.
+
+    The parsers (openpyxl, python-docx, python-pptx, pdfplumber) raise many unrelated exception types on bad input,
+    hence the broad catch; an OSError still propagates so ``call_tool`` reports it as such.
+    """
+    try:
+        return loader(file)
+    except OSError:
+        raise
+    except Exception as error:
+        raise ToolError(f"cannot open {file.name} as {kind}: {type(error).__name__}: {error}") from error
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in its folder and ``os.replace``: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+# --- app state (mail, chat, calendar) ---------------------------------------------------------------------------------
+
+State = TypeVar("State", bound=BaseModel)
+
+
+def load_app_state(world: World, rel: str, model: type[State]) -> State:
+    """Load and validate ``apps_data/<rel>`` (e.g. ``mail/mailbox.json``) into ``model``."""
+    file = world.apps_root / rel
+    if not file.is_file():
+        raise ToolError(f"this world has no {rel.split('/')[0]} data (apps_data/{rel} is missing)")
+    try:
+        return model.model_validate_json(file.read_bytes())
+    except ValidationError as error:
+        raise ToolError(f"apps_data/{rel} is malformed: {error}") from error
+
+
+def save_app_state(world: World, rel: str, state: BaseModel) -> None:
+    atomic_write_json(world.apps_root / rel, state.model_dump(mode="json", by_alias=True))
+
+
+def next_id(prefix: str, existing: list[str]) -> str:
+    """The id after the largest numeric suffix among ``existing`` ids with ``prefix``, same zero-padding.
+
+    ``m007`` -> ``m008``, ``t09`` -> ``t10``; ``m001`` when there are none.
+    """
+    suffixes = [i[len(prefix) :] for i in existing if i.startswith(prefix) and i[len(prefix) :].isdigit()]
+    width = max((len(s) for s in suffixes), default=3)
+    return f"{prefix}{max((int(s) for s in suffixes), default=0) + 1:0{width}d}"
+
+
+def matches(query: str, *fields: str) -> bool:
+    """True when every whitespace-separated term of ``query`` occurs (case-insensitively) in one of ``fields``."""
+    terms = query.lower().split()
+    if not terms:
+        raise ToolError("the search query is empty; pass one or more words to look for")
+    haystack = "\n".join(fields).lower()
+    return all(term in haystack for term in terms)
+
+
+# Worlds use naive local times; an offset in the data is dropped so that every comparison is between naive values.
+Timestamp = Annotated[datetime, AfterValidator(lambda value: value.replace(tzinfo=None))]
+
+
+def parse_timestamp(value: str, what: str) -> datetime:
+    """Parse an ISO date or date-time (``2026-03-04`` or ``2026-03-04T10:00:00``), naive, or raise a ToolError."""
+    try:
+        return datetime.fromisoformat(value).replace(tzinfo=None)
+    except ValueError as error:
+        raise ToolError(f"bad {what} {value!r}: use ISO format, e.g. 2026-03-04 or 2026-03-04T10:00:00") from error
+
+
+def now() -> datetime:
+    return datetime.now().replace(microsecond=0)
+
+
+# --- the tool registry ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered operation: ``fn(world, **arguments) -> str``; ``arguments`` is the pydantic model of those."""
+
+    name: str
+    app: str
+    fn: Callable[..., str]
+    description: str
+    arguments: type[BaseModel]
+
+
+TOOLS: dict[str, Tool] = {}
+
+Op = TypeVar("Op", bound=Callable[..., str])
+
+
+def tool(app: str) -> Callable[[Op], Op]:
+    """Register ``fn`` as the tool ``<app>.<fn name>``; its docstring is the description a model reads."""
+
+    def register(fn: Op) -> Op:
+        name = f"{app}.{fn.__name__}"
+        if name in TOOLS:
+            raise ValueError(f"tool {name} is registered twice")
+        if not fn.__doc__:
+            raise ValueError(f"tool {name} needs a docstring: it is the description the model reads")
+        TOOLS[name] = Tool(name, app, fn, inspect.cleandoc(fn.__doc__), _arguments_model(name, fn))
+        return fn
+
+    return register
+
+
+def _arguments_model(name: str, fn: Callable[..., str]) -> type[BaseModel]:
+    """A pydantic model of ``fn``'s parameters after ``world``: types and defaults taken from the signature."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].name != "world":
+        raise ValueError(f"tool {name}: the first parameter must be `world`")
+    fields: dict[str, Any] = {
+        p.name: (hints[p.name], ... if p.default is inspect.Parameter.empty else p.default) for p in params[1:]
+    }
+    return create_model(
+        name.replace(".", "_") + "_arguments", __config__=ConfigDict(extra="forbid"), __doc__=None, **fields
+    )
+
+
+def get_tool(name: str) -> Tool:
+    if name not in TOOLS:
+        close = difflib.get_close_matches(name, TOOLS, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; tools are: {', '.join(sorted(TOOLS))}"
+        raise ToolError(f"unknown tool {name!r}{hint}")
+    return TOOLS[name]
+
+
+def tool_schema(name: str) -> dict[str, Any]:
+    """The JSON schema of the arguments of tool ``name`` (what an MCP server advertises as its input schema)."""
+    schema = get_tool(name).arguments.model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
+def call_tool(world: World, name: str, args: dict[str, Any]) -> str:
+    """Validate ``args`` against tool ``name``'s signature, run it on ``world`` and return its text.
+
+    Raises ToolError for an unknown tool, missing / extra / wrongly typed arguments, a path that leaves the world, an
+    OSError, or any failure the operation itself reports.
+    """
+    spec = get_tool(name)
+    if not isinstance(args, dict):
+        raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    try:
+        validated = spec.arguments.model_validate(args)
+    except ValidationError as error:
+        raise ToolError(f"{name}: {_describe(error, spec.arguments)}") from error
+    kwargs = {field: getattr(validated, field) for field in spec.arguments.model_fields}
+    try:
+        return spec.fn(world, **kwargs)
+    except PathEscapeError as error:
+        raise ToolError(f"{name}: {error}") from error
+    except ValidationError as error:
+        raise ToolError(f"{name}: {_describe(error)}") from error
+    except OSError as error:
+        raise ToolError(f"{name}: {_describe_os_error(world, error)}") from error
+
+
+def _describe(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One phrase per bad argument: "missing argument 'cell'", "argument 'to' item 0: Input should be ...".
+
+    A value that fits no member of a union argument yields one error per member; those collapse into "argument 'value'
+    must be str | float | int".
+    """
+    parts: dict[str, str] = {}
+    for item in error.errors():
+        loc = item["loc"]
+        name = str(loc[0]) if loc else "arguments"
+        got = f"(got {item['input']!r:.80})"
+        if item["type"] == "missing":
+            parts[name] = f"missing argument {name!r}"
+        elif item["type"] == "extra_forbidden":
+            parts[name] = f"unknown argument {name!r}"
+        elif len(loc) > 1 and isinstance(loc[1], int):
+            parts.setdefault(name, f"argument {name!r} item {loc[1]}: {item['msg']} {got}")
+        elif len(loc) > 1 and model is not None and name in model.model_fields:
+            annotation = model.model_fields[name].annotation
+            parts[name] = f"argument {name!r} must be {getattr(annotation, '__name__', None) or annotation} {got}"
+        else:
+            parts.setdefault(name, f"argument {name!r}: {item['msg']} {got}")
+    return "; ".join(parts.values())
+
+
+def _describe_os_error(world: World, error: OSError) -> str:
+    """The OS error without the host's absolute paths: paths inside the world are shown relative to ``filesystem/``."""
+    message = f"{error.strerror or type(error).__name__}"
+    if error.filename:
+        message += f": {error.filename}"
+    for root in (world.fs_root.resolve(), world.root.resolve()):
+        message = message.replace(f"{root}/", "").replace(str(root), ".")
+    return message

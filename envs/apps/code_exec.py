@@ -1,0 +1,168 @@
+"""code_exec: run Python or bash in the world's ``filesystem/`` with a wall-clock limit.
+
+Every launch goes through ``run_limited``: the one place that starts a subprocess, so resource limits and sandboxing
+(bubblewrap) are added there once for every caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, BinaryIO
+
+from pydantic import Field
+
+from envs.apps.base import ToolError, World, tool
+
+APP = "code_exec"
+MAX_OUTPUT_BYTES = 20_000  # per stream: the first and the last 10 000 bytes are kept
+MAX_CODE_CHARS = 100_000  # below the kernel's 128 KiB limit on one argv string
+MAX_TIMEOUT_S = 600.0
+DRAIN_TIMEOUT_S = 2.0  # how long to wait for output pipes held open by a process that left our group
+_POLL_S = 0.01
+
+Timeout = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)]
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    duration_s: float
+
+    def render(self, timeout_s: float) -> str:
+        stderr = self.stderr
+        if self.timed_out:
+            stderr += f"\n[timed out after {timeout_s:g} s: the process and its children were killed]"
+        return f"exit_code: {self.exit_code}\nstdout:\n{self.stdout}\nstderr:\n{stderr}"
+
+
+class _CappedReader(threading.Thread):
+    """Drains a pipe in the background, keeping its first and last ``limit / 2`` bytes (a chatty process cannot
+    exhaust memory, and both the start of the output and the final traceback survive)."""
+
+    def __init__(self, pipe: BinaryIO, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.half = pipe, limit // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def run(self) -> None:
+        while chunk := os.read(self.pipe.fileno(), 65536):
+            self.total += len(chunk)
+            room = self.half - len(self.head)
+            self.head += chunk[:room] if room > 0 else b""
+            self.tail += chunk[max(room, 0) :]
+            del self.tail[: -self.half]
+        self.pipe.close()
+
+    def text(self) -> str:
+        omitted = self.total - len(self.head) - len(self.tail)
+        middle = f"\n[... {omitted} bytes omitted ...]\n".encode() if omitted else b""
+        return (bytes(self.head) + middle + bytes(self.tail)).decode("utf-8", errors="replace")
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group may be gone already
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _exited(pid: int) -> bool:
+    """True once ``pid`` has exited, without reaping it: the zombie keeps its process-group id reserved."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def run_limited(argv: Sequence[str], cwd: Path, timeout_s: float, env: Mapping[str, str]) -> ExecResult:
+    """Run ``argv`` in ``cwd`` in a new session; after ``timeout_s`` seconds of wall-clock time kill its process group.
+
+    The group is killed in every case once the main process is done, so background children cannot outlive the call
+    (or hold the output pipes open). Output is capped at ``MAX_OUTPUT_BYTES`` per stream.
+    """
+    started = time.monotonic()
+    process = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    readers = [_CappedReader(process.stdout, MAX_OUTPUT_BYTES), _CappedReader(process.stderr, MAX_OUTPUT_BYTES)]
+    for reader in readers:
+        reader.start()
+    deadline = started + timeout_s
+    while not _exited(process.pid) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    timed_out = not _exited(process.pid)
+    _kill_group(process.pid)  # the session id is the main process's pid, still reserved by it (not reaped yet)
+    exit_code = process.wait()
+    for reader in readers:
+        reader.join(DRAIN_TIMEOUT_S)
+    stdout, stderr = (reader.text() for reader in readers)
+    return ExecResult(exit_code, stdout, stderr, timed_out, time.monotonic() - started)
+
+
+def _env() -> dict[str, str]:
+    """The parent's environment, with this interpreter's folder first on PATH so ``python`` has our packages."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
+    env |= {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
+    return env
+
+
+def _cwd(world: World) -> Path:
+    if not world.fs_root.is_dir():
+        raise ToolError("this world has no filesystem/ folder to run code in")
+    return world.fs_root
+
+
+def _check_size(source: str, what: str) -> None:
+    if len(source) > MAX_CODE_CHARS:
+        raise ToolError(
+            f"the {what} is {len(source)} characters (limit {MAX_CODE_CHARS}); write it to a file with "
+            "filesystem.write_file and run that file instead"
+        )
+
+
+@tool(APP)
+def run_python(world: World, code: str, timeout_s: Timeout = 30) -> str:
+    """Run a Python program with the environment's interpreter (pandas, openpyxl, pdfplumber, ... are installed).
+
+    Args:
+        code: the Python source to run (as with python -c). The working directory is the filesystem root, so
+            relative paths like "models/x.xlsx" work; print what you want to see.
+        timeout_s: wall-clock limit in seconds (default 30, at most 600); on timeout the process and its children
+            are killed.
+
+    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes).
+    """
+    _check_size(code, "code")
+    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, _env()).render(timeout_s)
+
+
+@tool(APP)
+def run_bash(world: World, command: str, timeout_s: Timeout = 30) -> str:
+    """Run a bash command line (as with bash -c); `python` on PATH is the environment's interpreter.
+
+    Args:
+        command: the command line. The working directory is the filesystem root.
+        timeout_s: wall-clock limit in seconds (default 30, at most 600); on timeout the process and its children
+            are killed.
+
+    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes).
+    """
+    _check_size(command, "command")
+    bash = shutil.which("bash") or "/bin/bash"
+    return run_limited([bash, "-c", command], _cwd(world), timeout_s, _env()).render(timeout_s)

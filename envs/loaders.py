@@ -1,0 +1,340 @@
+"""Load tasks into ``TaskSpec``: our own JSONL, APEX-Agents rows and Harbor task folders.
+
+* ``load_jsonl`` / ``save_jsonl`` — one ``TaskSpec`` JSON object per line (the save is atomic).
+* ``load_apex`` — APEX-Agents rows (a JSON list or JSONL): ``task_id, world_id, domain, prompt,
+  rubric[{verifier_id, criteria}], task_input_files, expected_output, gold_response``; every rubric item becomes an
+  ``llm_judge`` criterion, the gold response goes to ``metadata``.
+* ``load_harbor`` / ``load_harbor_dir`` — Harbor task folders: ``instruction.md`` (the prompt), ``task.toml``
+  (``[metadata]`` difficulty / category / tags, ``[verifier]`` and ``[agent]`` ``timeout_sec``), ``tests/test.sh``
+  (the verifier, whose reward the single ``verifier_reward`` criterion reads) and optional ``solution/solve.sh``
+  (the oracle, run as one ``code_exec.run_bash`` call).
+
+Malformed input raises ``TaskLoadError`` naming the file, the line / row (or the task folder), the field and the
+reason. Loading is all or nothing: a file with one bad row loads no task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import tomllib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envs.types import Criterion, Domain, LlmJudge, Oracle, OracleStep, TaskSpec, VerifierReward
+
+_CRITERION_KINDS = frozenset(member.model_fields["kind"].default for member in get_args(get_args(Criterion)[0]))
+
+
+class TaskLoadError(ValueError):
+    """A task source that cannot be loaded: ``source`` (file or task folder), ``where`` (``line 3``, ``row 2``) and
+    ``problems`` as (field or None, reason) pairs."""
+
+    def __init__(self, source: Path, problems: list[tuple[str | None, str]], where: str | None = None) -> None:
+        self.source, self.where, self.problems = source, where, problems
+        location = f"{source}, {where}" if where else str(source)
+        reasons = "; ".join(f"field '{field}': {reason}" if field else reason for field, reason in problems)
+        super().__init__(f"{location}: {reasons}")
+
+
+# --- pydantic errors, rephrased --------------------------------------------------------------------------------------
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str | None:
+    """``('rubric', 0, 'answer_numeric', 'expected')`` → ``rubric[0].expected`` (the union tag is not a field)."""
+    parts: list[str] = []
+    for position, part in enumerate(loc):
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        elif not (part in _CRITERION_KINDS and position > 0 and isinstance(loc[position - 1], int)):
+            parts.append(f".{part}" if parts else part)
+    return "".join(parts) or None
+
+
+def _reason(error: dict[str, Any]) -> str:
+    if error["type"] == "missing":
+        return "is required but missing"
+    if error["type"] == "extra_forbidden":
+        return "is not a known field"
+    shown = repr(error["input"])
+    return f"{error['msg']} (got {shown[:80]}{'…' if len(shown) > 80 else ''})"
+
+
+def _problems(exc: ValidationError, rename: Callable[[str], str] = str) -> list[tuple[str | None, str]]:
+    problems = []
+    for error in exc.errors():
+        field = _field_path(error["loc"])
+        problems.append((rename(field) if field else None, _reason(error)))
+    return problems
+
+
+# --- our JSONL -------------------------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskLoadError(path, [(None, f"cannot read: {exc}")]) from None
+
+
+def _json_lines(path: Path) -> list[tuple[str, Any]]:
+    """(``line N``, parsed object) for every non-blank line."""
+    rows = []
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append((f"line {number}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise TaskLoadError(
+                path, [(None, f"invalid JSON: {exc.msg} at column {exc.colno}")], f"line {number}"
+            ) from None
+    return rows
+
+
+def _unique(tasks: list[tuple[str, TaskSpec]], source: Path) -> list[TaskSpec]:
+    first_seen: dict[str, str] = {}
+    for where, task in tasks:
+        if task.task_id in first_seen:
+            reason = f"duplicate task_id {task.task_id!r} (first at {first_seen[task.task_id]})"
+            raise TaskLoadError(source, [("task_id", reason)], where)
+        first_seen[task.task_id] = where
+    return [task for _, task in tasks]
+
+
+def load_jsonl(path: Path) -> list[TaskSpec]:
+    """Tasks saved by ``save_jsonl``: one ``TaskSpec`` object per line; blank lines are skipped."""
+    tasks = []
+    for where, row in _json_lines(path):
+        try:
+            tasks.append((where, TaskSpec.model_validate(row)))
+        except ValidationError as exc:
+            raise TaskLoadError(path, _problems(exc), where) from None
+    return _unique(tasks, path)
+
+
+def save_jsonl(tasks: Iterable[TaskSpec], path: Path) -> None:
+    """Write one task per line, atomically (temp file in the same folder, then ``os.replace``)."""
+    tasks = list(tasks)
+    seen: set[str] = set()
+    for task in tasks:
+        if task.task_id in seen:
+            raise ValueError(f"cannot save {path}: duplicate task_id {task.task_id!r} (load_jsonl would refuse it)")
+        seen.add(task.task_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.writelines(task.model_dump_json() + "\n" for task in tasks)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+# --- APEX-Agents -----------------------------------------------------------------------------------------------------
+
+_APEX_DOMAINS = {
+    "investment banking": Domain.INVESTMENT_BANKING,
+    "management consulting": Domain.MANAGEMENT_CONSULTING,
+    "law": Domain.CORPORATE_LAW,
+    "corporate law": Domain.CORPORATE_LAW,
+}
+
+
+def apex_domain(name: str) -> Domain:
+    """APEX job names ("Investment Banking", "Management Consulting", "Law" / "Corporate Law") or our own values."""
+    key = " ".join(name.casefold().replace("_", " ").replace("-", " ").split())
+    domains = {**{str(domain).replace("_", " "): domain for domain in Domain}, **_APEX_DOMAINS}
+    if key not in domains:
+        known = ", ".join(sorted({*(name.title() for name in _APEX_DOMAINS), *(str(d) for d in Domain)}))
+        raise ValueError(f"unknown domain {name!r}; known: {known}")
+    return domains[key]
+
+
+class _ApexCriterion(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    criteria: str = Field(min_length=1)
+    verifier_id: str | None = None
+
+
+class _ApexRow(BaseModel):
+    # Rows carry more columns than we use (task_name, gold_response_type, ...): they are kept in metadata.
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str = Field(min_length=1)
+    world_id: str = Field(min_length=1)
+    domain: str
+    prompt: str = Field(min_length=1)
+    rubric: list[_ApexCriterion] = Field(min_length=1)
+    task_input_files: list[str] | str | None = None
+    expected_output: list[str] | str | None = None
+    gold_response: str | None = None
+
+
+class _FieldError(ValueError):
+    """A row field whose value passed type checks but not a later rule (an unknown domain)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+
+
+def _as_list(value: list[str] | str | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    return list(value)
+
+
+def _apex_task(row: Any) -> TaskSpec:
+    parsed = _ApexRow.model_validate(row)
+    try:
+        domain = apex_domain(parsed.domain)
+    except ValueError as exc:
+        raise _FieldError("domain", str(exc)) from None
+    return TaskSpec(
+        task_id=parsed.task_id,
+        world_id=parsed.world_id,
+        domain=domain,
+        prompt=parsed.prompt,
+        rubric=[LlmJudge(criteria=item.criteria, verifier_id=item.verifier_id) for item in parsed.rubric],
+        input_files=_as_list(parsed.task_input_files),
+        expected_outputs=_as_list(parsed.expected_output),
+        metadata={
+            "source": "apex",
+            "apex_domain": parsed.domain,
+            "gold_response": parsed.gold_response,
+            **(parsed.model_extra or {}),
+        },
+    )
+
+
+def load_apex(path: Path) -> list[TaskSpec]:
+    """APEX-Agents rows from a JSON list (``row N``, 1-based) or JSONL (``line N``)."""
+    text = _read_text(path)
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TaskLoadError(
+                path, [(None, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")]
+            ) from None
+        numbered = [(f"row {number}", row) for number, row in enumerate(rows, start=1)]
+    else:
+        numbered = _json_lines(path)
+    tasks = []
+    for where, row in numbered:
+        try:
+            tasks.append((where, _apex_task(row)))
+        except ValidationError as exc:
+            raise TaskLoadError(path, _problems(exc), where) from None
+        except _FieldError as exc:
+            raise TaskLoadError(path, [(exc.field, str(exc))], where) from None
+    return _unique(tasks, path)
+
+
+# --- Harbor ----------------------------------------------------------------------------------------------------------
+
+
+class _HarborMetadata(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    difficulty: str | None = None
+    category: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+class _HarborTimeout(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    timeout_sec: float | None = Field(default=None, gt=0)
+
+
+class _HarborToml(BaseModel):
+    # task.toml has more tables ([environment], version, ...) than a TaskSpec needs; they are ignored.
+    model_config = ConfigDict(extra="allow")
+
+    metadata: _HarborMetadata = Field(default_factory=_HarborMetadata)
+    verifier: _HarborTimeout = Field(default_factory=_HarborTimeout)
+    agent: _HarborTimeout = Field(default_factory=_HarborTimeout)
+
+
+HARBOR_TEST_SCRIPT = Path("tests") / "test.sh"
+HARBOR_SOLUTION_SCRIPT = Path("solution") / "solve.sh"
+
+
+def _harbor_toml(task_dir: Path) -> _HarborToml:
+    toml_path = task_dir / "task.toml"
+    if not toml_path.is_file():
+        raise TaskLoadError(task_dir, [("task.toml", "is missing")])
+    try:
+        data = tomllib.loads(_read_text(toml_path))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskLoadError(toml_path, [(None, f"invalid TOML: {exc}")]) from None
+    try:
+        return _HarborToml.model_validate(data)
+    except ValidationError as exc:
+        raise TaskLoadError(toml_path, _problems(exc)) from None
+
+
+def load_harbor(task_dir: Path) -> TaskSpec:
+    """One Harbor task folder → a terminal-domain ``TaskSpec`` graded by its verifier's reward."""
+    if not task_dir.is_dir():
+        raise TaskLoadError(task_dir, [(None, "is not a folder")])
+    instruction = task_dir / "instruction.md"
+    if not instruction.is_file():
+        raise TaskLoadError(task_dir, [("instruction.md", "is missing")])
+    prompt = _read_text(instruction).strip()
+    if not prompt:
+        raise TaskLoadError(task_dir, [("instruction.md", "is empty")])
+    config = _harbor_toml(task_dir)
+    if not (task_dir / HARBOR_TEST_SCRIPT).is_file():
+        raise TaskLoadError(task_dir, [(HARBOR_TEST_SCRIPT.as_posix(), "is missing (the verifier script Harbor runs)")])
+    solution = task_dir / HARBOR_SOLUTION_SCRIPT
+    agent_timeout = config.agent.timeout_sec
+    oracle = None
+    if solution.is_file():
+        args: dict[str, Any] = {"command": _read_text(solution)}
+        if agent_timeout is not None:
+            args["timeout_s"] = agent_timeout
+        oracle = Oracle(steps=[OracleStep(tool="code_exec.run_bash", args=args)])
+    try:
+        return TaskSpec(
+            task_id=task_dir.name,
+            world_id=task_dir.name,  # a Harbor task brings its own environment: it is its own world
+            domain=Domain.TERMINAL,
+            prompt=prompt,
+            rubric=[VerifierReward()],
+            oracle=oracle,
+            metadata={
+                "source": "harbor",
+                "task_dir": str(task_dir.resolve()),
+                "difficulty": config.metadata.difficulty,
+                "category": config.metadata.category,
+                "tags": config.metadata.tags,
+                "verifier_timeout_sec": config.verifier.timeout_sec,
+                "agent_timeout_sec": agent_timeout,
+            },
+        )
+    except ValidationError as exc:
+        raise TaskLoadError(task_dir, _problems(exc)) from None
+
+
+def load_harbor_dir(root: Path) -> list[TaskSpec]:
+    """Every non-hidden sub-folder of ``root`` is a Harbor task folder (sorted by name); one bad folder loads none."""
+    if not root.is_dir():
+        raise TaskLoadError(root, [(None, "is not a folder")])
+    task_dirs = sorted(path for path in root.iterdir() if path.is_dir() and not path.name.startswith("."))
+    if not task_dirs:
+        raise TaskLoadError(root, [(None, "holds no task folders")])
+    return [load_harbor(task_dir) for task_dir in task_dirs]
