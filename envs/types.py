@@ -215,3 +215,74 @@ class GradeResult(_Contract):
     criteria: list[CriterionResult]
     score: float = Field(ge=0.0, le=1.0, description="share of criteria met")
     passed: bool = Field(description="all criteria met (APEX-style task pass)")
+
+
+# --- rollouts --------------------------------------------------------------------------------------------------------
+
+
+class StopReason(StrEnum):
+    STOP = "stop"  # the model gave a final answer
+    LENGTH = "length"  # per-turn or total token budget ran out
+    CONTEXT_LENGTH = "context_length"  # the next turn would not fit the context window
+    TIMEOUT = "timeout"  # the agent timeout fired
+    ERROR = "error"  # see ``error_class``
+
+
+class ErrorClass(StrEnum):
+    """Who is to blame for a failed rollout: decides retry (infra) versus keep-as-training-signal (model)."""
+
+    RETRYABLE_INFRA = "retryable_infra"  # sandbox / engine / tool transport: retry the rollout, do not train on it
+    MODEL = "model"  # bad tool calls, context overflow, timeout: a real outcome of the policy
+    TASK = "task"  # the task itself is broken (missing world, ungradable rubric)
+
+
+class ToolCallRecord(_Contract):
+    turn: int
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    ok: bool
+    error_class: str | None = None  # e.g. "ToolError", "ModuleNotFoundError", "timeout", "transport"
+    error: str | None = None
+    returned_empty: bool = False
+    latency_s: float = 0.0
+
+
+class TurnSpan(_Contract):
+    """Token span ``[start, end)`` of one assistant turn inside ``Trajectory.tokens``."""
+
+    turn: int
+    start: int
+    end: int
+    finish_reason: str
+    weight_version: int | None = None
+
+
+class Trajectory(BaseModel):
+    """One rollout, token-exact (TITO): ``tokens``, ``loss_mask`` and ``logprobs`` only ever grow by appending.
+
+    ``loss_mask[i] == 1`` exactly for tokens the engine sampled; ``logprobs[i]`` is the engine's logprob of that
+    token (0.0 where masked). ``tokens[:prompt_len]`` is the initial prompt.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    group_id: str
+    sample_index: int = 0
+    harness: str = "mcp"
+    tokens: list[int] = Field(default_factory=list)
+    loss_mask: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    prompt_len: int = 0
+    turns: list[TurnSpan] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    final_answer: str | None = None
+    reward: float = 0.0
+    criteria: list[CriterionResult] = Field(default_factory=list)
+    passed: bool = False
+    stop_reason: StopReason = StopReason.STOP
+    error_class: ErrorClass | None = None
+    error: str | None = None
+    weight_versions: list[int] = Field(default_factory=list)
+    llm_s: float = 0.0
+    env_s: float = 0.0

@@ -1,0 +1,265 @@
+"""Local engine: logprobs and greedy decoding equal transformers', continuous batching, seeds, weights, pause."""
+
+import asyncio
+
+import pytest
+import torch
+from transformers import Qwen3ForCausalLM
+
+from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
+from trainer.engine.sampling import top_p_filter
+from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
+from trainer.tokenizer import special_token_ids
+
+CORPUS = [f"deal {i}: the board approved {i * 3 % 50} shares at {i % 9}.5 usd" for i in range(300)]
+SPEC = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, head_dim=64, intermediate=128, max_position=512)
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return bootstrap_policy(CORPUS, SPEC, vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def prompts(policy):
+    _, tok = policy
+    texts = ["deal 3: the board", "deal 41: the board approved 23 shares at 5.5 usd and then", "the"]
+    return [tok.encode(t) for t in texts]
+
+
+@pytest.fixture
+def engine(policy):
+    model, tok = policy
+    with Engine(model, tok, EngineConfig(max_num_seqs=4, kv_initial_capacity=16)) as eng:
+        yield eng
+
+
+def hf_logprobs(model: Qwen3ForCausalLM, prompt: list[int], completion: list[int]) -> torch.Tensor:
+    """log p(completion_t | prefix) from one plain transformers forward over prompt + completion."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + completion])).logits[0].float()
+    logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return logprobs.gather(-1, torch.tensor(completion)[:, None])[:, 0]
+
+
+def hf_greedy(model: Qwen3ForCausalLM, prompt: list[int], n: int) -> list[int]:
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False)
+    return out[0, len(prompt) :].tolist()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def gather(engine, prompts, params_list):
+    return await asyncio.gather(*(engine.generate(p, s) for p, s in zip(prompts, params_list, strict=True)))
+
+
+def test_sampled_logprobs_equal_a_plain_hf_forward(engine, policy, prompts):
+    model, _ = policy
+    params = [
+        SamplingParams(temperature=1.0, seed=i, max_tokens=n, ignore_eos=True) for i, n in enumerate((40, 25, 60))
+    ]
+    results = run(gather(engine, prompts, params))
+    deltas = torch.cat(
+        [
+            (hf_logprobs(model, p, r.token_ids_T) - torch.tensor(r.logprobs_T)).abs()
+            for p, r in zip(prompts, results, strict=True)
+        ]
+    )
+    assert len(deltas) == 125
+    assert deltas.mean() < 1e-5 and deltas.max() < 1e-4
+
+
+def test_greedy_equals_hf_generate_under_concurrency(engine, policy, prompts):
+    model, _ = policy
+    lengths = (30, 5, 17)
+    results = run(gather(engine, prompts, [GREEDY.model_copy(update={"max_tokens": n}) for n in lengths]))
+    for prompt, n, result in zip(prompts, lengths, results, strict=True):
+        assert result.token_ids_T == hf_greedy(model, prompt, n)
+        assert result.finish_reason is FinishReason.length and result.prompt_token_ids == prompt
+
+
+def test_more_requests_than_slots_queue_and_finish(policy, prompts):
+    model, tok = policy
+    lengths = [3, 17, 9, 1, 12]
+    with Engine(model, tok, EngineConfig(max_num_seqs=2)) as eng:
+        batch = run(
+            gather(
+                eng, [prompts[i % 3] for i in range(5)], [GREEDY.model_copy(update={"max_tokens": n}) for n in lengths]
+            )
+        )
+        solo = [
+            run(eng.generate(prompts[i % 3], GREEDY.model_copy(update={"max_tokens": n})))
+            for i, n in enumerate(lengths)
+        ]
+        assert eng._pool.n_free == 2  # every slot came back
+    assert [len(r.token_ids_T) for r in batch] == lengths
+    assert [r.token_ids_T for r in batch] == [r.token_ids_T for r in solo]
+
+
+def test_seeded_sampling_is_reproducible(engine, prompts):
+    def sample(seed):
+        return run(
+            engine.generate(prompts[0], SamplingParams(temperature=1.0, seed=seed, max_tokens=20, ignore_eos=True))
+        )
+
+    first, again, other = sample(7), sample(7), sample(8)
+    assert first.token_ids_T == again.token_ids_T and first.logprobs_T == again.logprobs_T
+    assert first.token_ids_T != other.token_ids_T
+
+
+def test_top_p_filter_by_hand():
+    probs = torch.tensor([0.1, 0.5, 0.15, 0.25])
+    # sorted: 0.5, 0.25, 0.15, 0.1; mass before each: 0, 0.5, 0.75, 0.9 → top_p=0.7 keeps 0.5 and 0.25.
+    assert torch.allclose(top_p_filter(probs, 0.7), torch.tensor([0.0, 2 / 3, 0.0, 1 / 3]))
+    assert torch.equal(top_p_filter(probs, 1.0), probs)
+
+
+def test_tiny_top_p_is_greedy_and_logprobs_are_raw(engine, prompts):
+    greedy = run(engine.generate(prompts[1], GREEDY.model_copy(update={"max_tokens": 15})))
+    nucleus = run(
+        engine.generate(prompts[1], SamplingParams(temperature=2.0, top_p=1e-6, max_tokens=15, ignore_eos=True))
+    )
+    assert nucleus.token_ids_T == greedy.token_ids_T
+    assert nucleus.logprobs_T == pytest.approx(greedy.logprobs_T, abs=1e-6)  # raw, not tempered: same numbers
+
+
+def test_top_logprobs_are_the_k_best_raw_logprobs(engine, policy, prompts):
+    model, _ = policy
+    result = run(engine.generate(prompts[0], GREEDY.model_copy(update={"max_tokens": 3, "logprobs": 4})))
+    with torch.no_grad():
+        first = torch.log_softmax(model(torch.tensor([prompts[0]])).logits[0, -1], dim=-1)
+    values, ids = first.topk(4)
+    assert list(result.top_logprobs_T[0]) == ids.tolist()
+    assert list(result.top_logprobs_T[0].values()) == pytest.approx(values.tolist(), abs=1e-5)
+    assert result.token_ids_T[0] == ids[0]  # greedy picks the best
+
+
+def test_stop_token_ids_and_stop_strings(engine, policy, prompts):
+    _, tok = policy
+    seeded = SamplingParams(temperature=1.0, seed=3, max_tokens=20, ignore_eos=True)  # varied tokens, reproducible
+    sampled = run(engine.generate(prompts[1], seeded)).token_ids_T
+    i = next(i for i in range(2, 20) if sampled[i] not in sampled[:i])
+    stopped = run(engine.generate(prompts[1], seeded.model_copy(update={"stop_token_ids": (sampled[i],)})))
+    assert stopped.token_ids_T == sampled[: i + 1]
+    assert (stopped.finish_reason, stopped.stop_reason) == (FinishReason.stop, sampled[i])
+    stop = tok.decode(sampled[: i + 1])[-3:]
+    by_string = run(engine.generate(prompts[1], seeded.model_copy(update={"stop": (stop,)})))
+    assert by_string.stop_reason == stop and stop in tok.decode(by_string.token_ids_T)
+    assert stop not in tok.decode(by_string.token_ids_T[:-1]) and len(by_string.token_ids_T) <= i + 1
+
+
+def test_eos_stops_unless_ignored(policy, prompts):
+    model, tok = policy
+    greedy = hf_greedy(model, prompts[2], 6)
+    model.generation_config.eos_token_id = [greedy[4]]  # pretend the 5th greedy token is the EOS
+    try:
+        with Engine(model, tok) as eng:
+            result = run(eng.generate(prompts[2], SamplingParams(temperature=0.0, max_tokens=6)))
+            ignored = run(eng.generate(prompts[2], GREEDY.model_copy(update={"max_tokens": 6})))
+    finally:
+        model.generation_config.eos_token_id = [special_token_ids(tok)[t] for t in ("<|im_end|>", "<|endoftext|>")]
+    first_eos = greedy.index(greedy[4])
+    assert result.token_ids_T == greedy[: first_eos + 1] and result.finish_reason is FinishReason.stop
+    assert result.stop_reason is None and ignored.token_ids_T == greedy
+
+
+def test_context_limit_and_bad_requests_are_refused(policy):
+    model, tok = policy
+    with Engine(model, tok, EngineConfig(max_model_len=32)) as eng:
+        with pytest.raises(EngineRequestError, match=r"prompt \(30 tokens\) \+ max_tokens \(3\) = 33 .* limit of 32"):
+            run(eng.generate([5] * 30, SamplingParams(max_tokens=3)))
+        filled = run(eng.generate([5] * 30, SamplingParams(temperature=0.0, ignore_eos=True)))
+        assert len(filled.token_ids_T) == 2 and filled.finish_reason is FinishReason.length
+        with pytest.raises(EngineRequestError, match="exceeds"):
+            run(eng.generate([5] * 32, SamplingParams()))
+        with pytest.raises(EngineRequestError, match=r"outside the vocabulary \[0, \d+\): \[-1, 100000\]"):
+            run(eng.generate([1, 100000, -1], SamplingParams()))
+        with pytest.raises(EngineRequestError, match="empty"):
+            run(eng.generate([], SamplingParams()))
+        assert run(eng.generate([5, 6], SamplingParams(max_tokens=2))).token_ids_T  # still serving
+    with Engine(model) as no_tok, pytest.raises(EngineRequestError, match="stop strings need"):
+        run(no_tok.generate([5], SamplingParams(stop=("x",))))
+
+
+async def wait_running(engine, n):
+    while engine.num_running < n:
+        await asyncio.sleep(0.001)
+
+
+def test_hot_weight_update_with_request_in_flight(engine, policy, prompts, tmp_path):
+    model, tok = policy
+    other = build_tiny_model(SPEC.model_copy(update={"seed": 5}), len(tok), special_token_ids(tok))
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+
+    async def scenario():
+        task = asyncio.create_task(engine.generate(prompts[0], GREEDY.model_copy(update={"max_tokens": 400})))
+        await wait_running(engine, 1)
+        version = await asyncio.to_thread(engine.update_weights, other.state_dict())
+        return version, await task
+
+    try:
+        version, result = run(scenario())
+        assert version == 1 and engine.version == 1
+        assert (result.weight_version_start, result.weight_version) == (0, 1)
+        assert len(result.token_ids_T) == 400
+        # From a checkpoint folder: the engine now decodes exactly like the saved model.
+        save_policy(other, tok, tmp_path / "other")
+        assert engine.update_weights(tmp_path / "other") == 2
+        fresh = run(engine.generate(prompts[1], GREEDY.model_copy(update={"max_tokens": 12})))
+        assert fresh.token_ids_T == hf_greedy(other, prompts[1], 12) and fresh.weight_version == 2
+    finally:
+        model.load_state_dict(original)
+    with pytest.raises(EngineRequestError, match="lack keys"):
+        engine.update_weights({"model.norm.weight": torch.ones(64)})
+    with pytest.raises(EngineRequestError, match="shapes differ"):
+        engine.update_weights({**original, "model.norm.weight": torch.ones(3)})
+    with pytest.raises(EngineRequestError, match=r"no \*\.safetensors"):
+        engine.update_weights(tmp_path)
+
+
+def test_pause_keep_freezes_and_resume_finishes_with_the_right_tokens(engine, policy, prompts):
+    model, _ = policy
+    lengths = (200, 150, 180)
+
+    async def scenario():
+        tasks = [
+            asyncio.create_task(engine.generate(p, GREEDY.model_copy(update={"max_tokens": n})))
+            for p, n in zip(prompts, lengths, strict=True)
+        ]
+        await wait_running(engine, 3)
+        await asyncio.to_thread(engine.pause, PauseMode.keep)
+        frozen = [len(s.token_ids) for s in engine._running]
+        await asyncio.sleep(0.3)
+        still = [len(s.token_ids) for s in engine._running]
+        assert engine.paused and not any(t.done() for t in tasks)
+        engine.resume()
+        return frozen, still, await asyncio.gather(*tasks)
+
+    frozen, still, results = run(scenario())
+    assert frozen == still and len(frozen) == 3
+    for prompt, n, result in zip(prompts, lengths, results, strict=True):
+        assert result.token_ids_T == hf_greedy(model, prompt, n)
+
+
+def test_pause_abort_and_cancel_free_their_slots(engine, prompts):
+    async def scenario():
+        running = asyncio.create_task(engine.generate(prompts[0], GREEDY.model_copy(update={"max_tokens": 500})))
+        await wait_running(engine, 1)
+        await asyncio.to_thread(engine.pause, PauseMode.abort)
+        aborted = await running
+        engine.resume()
+        cancelled = asyncio.create_task(engine.generate(prompts[0], GREEDY.model_copy(update={"max_tokens": 500})))
+        await wait_running(engine, 1)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        while engine.num_running:
+            await asyncio.sleep(0.001)
+        return aborted
+
+    aborted = run(scenario())
+    assert aborted.finish_reason is FinishReason.abort and len(aborted.token_ids_T) < 500
+    assert engine._pool.n_free == 4

@@ -1,0 +1,402 @@
+"""The local inference engine: token ids in, token ids + raw fp32 logprobs out, with continuous batching.
+
+A worker thread owns the model and the KV pool and runs steps. Each step (1) admits waiting requests into free KV
+slots and prefills them as one right-padded batch, sampling their first token, and (2) decodes one token for every
+request already running, as one batch. Requests come from any asyncio loop (`await engine.generate(...)`), join the
+running batch at the next step and leave it as soon as they finish, so short requests never wait for long ones.
+
+Control operations (weight updates, pause) run on the worker thread *between* steps, so a step never sees half-new
+weights and `pause()` returns only once no further token will be produced:
+
+    engine = Engine(model, tokenizer)
+    completion = await engine.generate(prompt_ids, SamplingParams(temperature=1.0, seed=0, max_tokens=64))
+    engine.pause(PauseMode.keep); engine.update_weights("runs/x/policy/step-3"); engine.resume()
+
+Simplifications against vLLM: no prefix caching (every request prefills its whole prompt), no chunked prefill, no
+preemption (a request holds its KV slot until it finishes; `max_num_seqs` bounds the running batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_file
+from torch import Tensor
+from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
+
+from trainer.engine.forward import KVPool, ModelWeights, forward
+from trainer.engine.sampling import sample_token
+from trainer.engine.types import Completion, EngineRequestError, FinishReason, PauseMode, SamplingParams
+
+_T = TypeVar("_T")
+
+
+class EngineConfig(BaseModel):
+    """Scheduler and memory knobs of the local engine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(16, ge=1, description="KV slots = the most requests decoded together")
+    max_model_len: int | None = Field(None, ge=2, description="context limit; None: the model's max_position")
+    max_prefill_tokens: int = Field(8192, ge=1, description="padded prompt tokens prefilled together in one step")
+    kv_initial_capacity: int = Field(256, ge=1, description="initial KV length per slot (doubles on demand)")
+    torch_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch intra-op threads, set by the worker (process-wide); None keeps torch's setting. "
+        "Tiny models decode fastest with 1 on a shared CPU: OpenMP spin-waits starve busy cores.",
+    )
+
+
+@dataclass(eq=False)
+class _Sequence:
+    """A request's mutable state; touched only by the worker thread once submitted (except `cancelled`)."""
+
+    prompt: list[int]
+    params: SamplingParams
+    max_tokens: int
+    generator: torch.Generator
+    on_done: Callable[[Completion | BaseException], None]
+    slot: int | None = None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    top_logprobs: list[dict[int, float]] = field(default_factory=list)
+    version_start: int = -1
+    cancelled: bool = False
+
+
+class Engine:
+    """Continuous-batching Qwen3 engine over an HF `Qwen3ForCausalLM` (weights shared by reference)."""
+
+    def __init__(
+        self,
+        model: Qwen3ForCausalLM,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.tokenizer = tokenizer
+        self._model = model.eval()
+        self._weights = ModelWeights.from_hf(model)
+        self.vocab_size: int = model.config.vocab_size
+        max_position = model.config.max_position_embeddings
+        self.max_model_len = min(self.config.max_model_len or max_position, max_position)
+        eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
+        self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self._pool = KVPool(self._weights, self.config.max_num_seqs, self.config.kv_initial_capacity)
+        self._cond = threading.Condition()
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._ops: deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = deque()
+        self._paused = False
+        self._closed = False
+        self._version = 0
+        self._thread = threading.Thread(target=self._loop, name="engine-worker", daemon=True)
+        self._thread.start()
+
+    # ----- public API -------------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Weights version: 0 at start, +1 per `update_weights`."""
+        return self._version
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    async def generate(self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None) -> Completion:
+        """Generate one completion; raises EngineRequestError for a request the engine cannot serve.
+
+        Cancelling the awaiting task aborts the request and frees its KV slot at the next step.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Completion] = loop.create_future()
+
+        def deliver(result: Completion | BaseException) -> None:
+            with contextlib.suppress(RuntimeError):  # the caller's loop may be closed already
+                loop.call_soon_threadsafe(_resolve, future, result)
+
+        seq = self._make_sequence(prompt_token_ids, params or SamplingParams(), deliver)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self._waiting.append(seq)
+            self._cond.notify_all()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            seq.cancelled = True
+            with self._cond:
+                self._cond.notify_all()
+            raise
+
+    def update_weights(self, source: Mapping[str, Tensor] | str | os.PathLike[str]) -> int:
+        """Load new weights (a state dict or a checkpoint folder of *.safetensors) between two steps, without
+        restarting; in-flight requests continue with the new weights. Returns the new version."""
+        state = _read_state_dict(source) if isinstance(source, str | os.PathLike) else dict(source)
+        self._check_state_dict(state)
+        return self._run_on_worker(lambda: self._apply_weights(state))
+
+    def pause(self, mode: PauseMode = PauseMode.keep) -> None:
+        """Stop stepping; returns once no further token will be produced. keep: in-flight requests keep their state
+        and resume unchanged; abort: in-flight and queued requests finish now with finish_reason="abort"."""
+        self._run_on_worker(lambda: self._pause(PauseMode(mode)))
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the worker; unfinished requests finish with finish_reason="abort"."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- validation -------------------------------------------------------------------------------------------
+
+    def _make_sequence(
+        self, prompt: Sequence[int], params: SamplingParams, on_done: Callable[[Completion | BaseException], None]
+    ) -> _Sequence:
+        ids = list(prompt)
+        if not ids:
+            raise EngineRequestError("prompt is empty: give at least one token id")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+            raise EngineRequestError("prompt token ids must be integers")
+        bad = sorted({t for t in (*ids, *params.stop_token_ids) if not 0 <= t < self.vocab_size})
+        if bad:
+            raise EngineRequestError(f"token ids outside the vocabulary [0, {self.vocab_size}): {bad[:10]}")
+        if params.stop and self.tokenizer is None:
+            raise EngineRequestError("stop strings need an engine built with a tokenizer; use stop_token_ids")
+        room = self.max_model_len - len(ids)
+        max_tokens = params.max_tokens if params.max_tokens is not None else room
+        if max_tokens > room or room < 1:
+            raise EngineRequestError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} tokens exceeds "
+                f"the context limit of {self.max_model_len} tokens"
+            )
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        return _Sequence(ids, params, max_tokens, torch.Generator().manual_seed(seed), on_done)
+
+    def _check_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        own = self._model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise EngineRequestError(f"weights have keys the model lacks: {unknown[:5]}")
+        tied = {"lm_head.weight"} if self._model.config.tie_word_embeddings else set()
+        missing = sorted(set(own) - set(state) - tied)
+        if missing:
+            raise EngineRequestError(f"weights lack keys: {missing[:5]}")
+        wrong = [f"{k}: {tuple(v.shape)} != {tuple(own[k].shape)}" for k, v in state.items() if v.shape != own[k].shape]
+        if wrong:
+            raise EngineRequestError(f"weight shapes differ: {wrong[:5]}")
+
+    # ----- worker thread ----------------------------------------------------------------------------------------
+
+    def _run_on_worker(self, fn: Callable[[], _T]) -> _T:
+        if threading.current_thread() is self._thread:
+            return fn()
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            self._ops.append((fn, future))
+            self._cond.notify_all()
+        return future.result()
+
+    def _loop(self) -> None:
+        if self.config.torch_threads is not None:
+            torch.set_num_threads(self.config.torch_threads)
+        while True:
+            with self._cond:
+                while not (self._closed or self._ops or (not self._paused and (self._running or self._waiting))):
+                    self._cond.wait()
+                if self._closed:
+                    break
+                ops = list(self._ops)
+                self._ops.clear()
+            for fn, future in ops:
+                try:
+                    future.set_result(fn())
+                except Exception as exc:  # reported to the caller of the op; the worker keeps serving
+                    future.set_exception(exc)
+            if not ops:
+                self._step_guarded()
+        self._shutdown()
+
+    def _step_guarded(self) -> None:
+        try:
+            self._step()
+        except Exception as exc:  # a failed step fails its requests, never the engine
+            for seq in [*self._running]:
+                self._finish(seq, exc)
+
+    def _step(self) -> None:
+        for seq in [s for s in self._running if s.cancelled]:
+            self._finish(seq, FinishReason.abort)
+        decoding = list(self._running)
+        admitted = self._admit()
+        if admitted:
+            self._prefill(admitted)
+        if decoding:
+            self._decode(decoding)
+
+    def _admit(self) -> list[_Sequence]:
+        admitted: list[_Sequence] = []
+        with self._cond:
+            while self._waiting and self._pool.n_free:
+                seq = self._waiting[0]
+                longest = max([len(seq.prompt), *(len(s.prompt) for s in admitted)])
+                if admitted and longest * (len(admitted) + 1) > self.config.max_prefill_tokens:
+                    break
+                self._waiting.popleft()
+                if seq.cancelled:
+                    self._finish(seq, FinishReason.abort)
+                    continue
+                seq.slot = self._pool.allocate()
+                admitted.append(seq)
+        self._running.extend(admitted)
+        return admitted
+
+    def _prefill(self, seqs: list[_Sequence]) -> None:
+        width = max(len(s.prompt) for s in seqs)
+        padded = [s.prompt + [0] * (width - len(s.prompt)) for s in seqs]  # right-padding; see forward.py
+        self._forward_and_sample(seqs, padded, [0] * len(seqs), [len(s.prompt) - 1 for s in seqs])
+
+    def _decode(self, seqs: list[_Sequence]) -> None:
+        tokens = [[s.token_ids[-1]] for s in seqs]
+        self._forward_and_sample(seqs, tokens, [len(s.prompt) + len(s.token_ids) - 1 for s in seqs], [0] * len(seqs))
+
+    def _forward_and_sample(
+        self, seqs: list[_Sequence], tokens: list[list[int]], start: list[int], last: list[int]
+    ) -> None:
+        device = self._weights.embed.device
+        logits_BV = forward(
+            self._weights,
+            self._pool,
+            torch.tensor([s.slot for s in seqs], device=device),
+            torch.tensor(tokens, device=device),
+            torch.tensor(start, device=device),
+            torch.tensor(last, device=device),
+        )
+        # Sampling runs on the CPU so each request's seeded torch.Generator gives the same draws on any device.
+        for seq, logits_V in zip(seqs, logits_BV.cpu(), strict=True):
+            token, logprob, top = sample_token(logits_V, seq.params, seq.generator)
+            if not seq.token_ids:
+                seq.version_start = self._version
+            seq.token_ids.append(token)
+            seq.logprobs.append(logprob)
+            seq.top_logprobs.append(top)
+            self._check_finished(seq, token)
+
+    def _check_finished(self, seq: _Sequence, token: int) -> None:
+        if token in seq.params.stop_token_ids:
+            self._finish(seq, FinishReason.stop, stop_reason=token)
+        elif token in self.eos_token_ids and not seq.params.ignore_eos:
+            self._finish(seq, FinishReason.stop)
+        elif (hit := self._stop_string_hit(seq)) is not None:
+            self._finish(seq, FinishReason.stop, stop_reason=hit)
+        elif len(seq.token_ids) >= seq.max_tokens:
+            self._finish(seq, FinishReason.length)
+
+    def _stop_string_hit(self, seq: _Sequence) -> str | None:
+        if not seq.params.stop or self.tokenizer is None:
+            return None
+        # A string of n characters spans at most 4n byte-level tokens; earlier hits would have stopped earlier.
+        window = 4 * max(len(s) for s in seq.params.stop)
+        tail = self.tokenizer.decode(seq.token_ids[-window:], skip_special_tokens=True)
+        return next((s for s in seq.params.stop if s in tail), None)
+
+    def _finish(
+        self, seq: _Sequence, outcome: FinishReason | BaseException, stop_reason: int | str | None = None
+    ) -> None:
+        if seq.slot is not None:
+            self._pool.release(seq.slot)
+            seq.slot = None
+        if seq in self._running:
+            self._running.remove(seq)
+        if isinstance(outcome, BaseException):
+            seq.on_done(outcome)
+            return
+        seq.on_done(
+            Completion(
+                prompt_token_ids=seq.prompt,
+                token_ids_T=seq.token_ids,
+                logprobs_T=seq.logprobs,
+                top_logprobs_T=seq.top_logprobs,
+                finish_reason=outcome,
+                stop_reason=stop_reason,
+                weight_version_start=seq.version_start if seq.token_ids else self._version,
+                weight_version=self._version,
+            )
+        )
+
+    def _pause(self, mode: PauseMode) -> None:
+        self._paused = True
+        if mode is PauseMode.abort:
+            self._abort_all()
+
+    def _abort_all(self) -> None:
+        with self._cond:
+            queued = list(self._waiting)
+            self._waiting.clear()
+        for seq in [*self._running, *queued]:
+            self._finish(seq, FinishReason.abort)
+
+    def _apply_weights(self, state: Mapping[str, Tensor]) -> int:
+        with torch.no_grad():
+            self._model.load_state_dict(state, strict=False)
+        self._version += 1
+        return self._version
+
+    def _shutdown(self) -> None:
+        self._abort_all()
+        with self._cond:
+            ops = list(self._ops)
+            self._ops.clear()
+        for _, future in ops:
+            future.set_exception(RuntimeError("engine is closed"))
+
+
+def _resolve(future: asyncio.Future[Completion], result: Completion | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
+def _read_state_dict(directory: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """All tensors of the *.safetensors files of a checkpoint folder (one or many shards)."""
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise EngineRequestError(f"no *.safetensors weights in {directory}")
+    state: dict[str, Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state

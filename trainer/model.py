@@ -1,0 +1,138 @@
+"""Bootstrap a tiny Qwen3 policy locally and save / load policies as ordinary HF checkpoint folders.
+
+The tiny model is transformers' own `Qwen3ForCausalLM` (RMSNorm, q/k-norm, RoPE, GQA, SwiGLU, tied embeddings as in
+the small Qwen3 checkpoints), randomly initialised from `TinyModelSpec.seed`. A policy folder is what
+`save_pretrained` writes (config.json, generation_config.json, model.safetensors) plus the tokenizer files, so
+`load_policy` reads a real Qwen checkpoint folder the same way.
+
+    spec = TinyModelSpec()
+    model = build_tiny_model(spec, vocab_size=len(tok), special_ids=special_token_ids(tok))
+    save_policy(model, tok, "runs/x/policy/step-0")
+    model, tok = load_policy("runs/x/policy/step-0")
+    model, tok = bootstrap_policy(corpus_texts, TinyModelSpec())    # tokenizer + model in one call
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from transformers import (
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
+
+
+class TinyModelSpec(BaseModel):
+    """Shape of the locally built Qwen3 policy (defaults: ~0.9 M parameters besides the embedding)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layers: int = Field(4, ge=1)
+    hidden: int = Field(128, ge=8)
+    heads: int = Field(2, ge=1)
+    kv_heads: int = Field(1, ge=1)
+    head_dim: int = Field(64, ge=2, multiple_of=2)
+    intermediate: int = Field(384, ge=1)
+    max_position: int = Field(4096, ge=16)
+    rope_theta: float = Field(1_000_000.0, gt=0)
+    rms_norm_eps: float = Field(1e-6, gt=0)
+    initializer_range: float = Field(0.02, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelSpec:
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (grouped-query attention)"
+            )
+        return self
+
+
+def build_tiny_model(spec: TinyModelSpec, vocab_size: int, special_ids: Mapping[str, int]) -> Qwen3ForCausalLM:
+    """A freshly initialised fp32 Qwen3ForCausalLM; `special_ids` maps token text to id (<|im_end|>, <|endoftext|>).
+
+    Generation stops on <|im_end|> and <|endoftext|>, like Qwen3's generation_config.
+    """
+    missing = {IM_END, END_OF_TEXT} - set(special_ids)
+    if missing:
+        raise ValueError(f"special_ids lacks {sorted(missing)}")
+    bad = {t: i for t, i in special_ids.items() if not 0 <= i < vocab_size}
+    if bad:
+        raise ValueError(f"special token ids outside the vocabulary of {vocab_size}: {bad}")
+    eos, pad = special_ids[IM_END], special_ids[END_OF_TEXT]
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=spec.head_dim,
+        max_position_embeddings=spec.max_position,
+        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+        rms_norm_eps=spec.rms_norm_eps,
+        initializer_range=spec.initializer_range,
+        tie_word_embeddings=True,
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
+    # Seed a forked RNG so building a model neither depends on nor disturbs the caller's global torch RNG.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
+    return model.eval()
+
+
+def bootstrap_policy(
+    texts: Iterable[str], spec: TinyModelSpec, vocab_size: int = 4096
+) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerFast]:
+    """Train the tokenizer on `texts` and build a fresh tiny model sized to it: the policy of the local profile."""
+    tokenizer = train_tokenizer(texts, vocab_size)
+    return build_tiny_model(spec, len(tokenizer), special_token_ids(tokenizer)), tokenizer
+
+
+def save_policy(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, directory: str | os.PathLike[str]) -> Path:
+    """Save weights (safetensors), config and tokenizer into `directory`, atomically: a sibling temp dir is filled
+    and then renamed into place, so a reader never sees a half-written checkpoint."""
+    target = Path(directory)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_policy(
+    directory: str | os.PathLike[str], dtype: torch.dtype = torch.float32
+) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
+    """Load (model in eval mode, tokenizer) from a policy folder written by `save_policy` or a real HF checkpoint."""
+    path = Path(directory)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} is not a checkpoint folder (no config.json)")
+    model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    if model_type != Qwen3Config.model_type:
+        raise ValueError(f"{path} holds a {model_type!r} model; the policy must be a Qwen3 ('qwen3') checkpoint")
+    model = Qwen3ForCausalLM.from_pretrained(path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.eval(), tokenizer
