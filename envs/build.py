@@ -1,0 +1,76 @@
+"""Build the environment content: every world and the task sets, written under one data folder.
+
+Layout written by ``build_environment(out)``::
+
+    out/worlds/<world_id>/{filesystem,apps_data}/   pristine, read-only snapshots
+    out/tasks/train.jsonl, out/tasks/heldout.jsonl  TaskSpec per line
+    out/manifest.json                               seed, counts, timings
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from envs.loaders import load_jsonl, save_jsonl
+from envs.taskgen import generate_tasks
+from envs.types import Split, TaskSpec
+from envs.worlds import generate_worlds
+
+
+class EnvironmentManifest(BaseModel):
+    seed: int
+    world_ids: list[str]
+    task_counts: dict[str, int]
+    generation_seconds: float
+
+
+def build_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
+    """Generate all worlds and tasks into ``out`` (replacing what was there); return the manifest."""
+    started = time.perf_counter()
+    staging = out.with_name(out.name + ".building")
+    shutil.rmtree(staging, ignore_errors=True)
+    facts = generate_worlds(staging / "worlds", seed=seed)
+    tasks = generate_tasks(facts)
+    for split in Split:
+        save_jsonl([task for task in tasks if task.split == split], staging / "tasks" / f"{split}.jsonl")
+    counts = Counter(f"{task.domain}/{task.tier}/{task.split}" for task in tasks)
+    manifest = EnvironmentManifest(
+        seed=seed,
+        world_ids=sorted(facts),
+        task_counts=dict(sorted(counts.items())),
+        generation_seconds=round(time.perf_counter() - started, 3),
+    )
+    (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
+    # Swap the finished folder in whole: a crash mid-generation never leaves a half-written data folder.
+    backup = out.with_name(out.name + ".old")
+    shutil.rmtree(backup, ignore_errors=True)
+    if out.exists():
+        out.rename(backup)
+    staging.rename(out)
+    shutil.rmtree(backup, ignore_errors=True)
+    return manifest
+
+
+def load_manifest(out: Path) -> EnvironmentManifest | None:
+    path = out / "manifest.json"
+    if not path.exists():
+        return None
+    return EnvironmentManifest.model_validate(json.loads(path.read_text()))
+
+
+def ensure_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
+    """Reuse ``out`` when it was built with ``seed``; otherwise build it."""
+    manifest = load_manifest(out)
+    if manifest is not None and manifest.seed == seed:
+        return manifest
+    return build_environment(out, seed=seed)
+
+
+def load_tasks(out: Path, splits: tuple[Split, ...] = (Split.TRAIN, Split.HELDOUT)) -> list[TaskSpec]:
+    return [task for split in splits for task in load_jsonl(out / "tasks" / f"{split}.jsonl")]

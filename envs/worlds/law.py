@@ -1,0 +1,377 @@
+"""Corporate-law worlds: a law firm advises a buyer on a share purchase and reviews the target's contracts.
+
+Files: a contract register (Contracts → Summary with SUM/COUNTIF/SUMIF/MAX/AVERAGE, real dates), a matter budget
+(Rates → Budget, cross-sheet formulas), a share purchase agreement and an advice memo (.docx), a due-diligence report
+(.pdf: two-column page + table page), a client-briefing deck (.pptx), one-value reference files, and mail, chat and
+calendar around the matter. Contract values are in USD thousands, fees in USD.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from envs.worlds.content import (
+    CODENAMES,
+    ChatSpec,
+    EventSpec,
+    MailSpec,
+    SheetBuilder,
+    WorldContent,
+    at,
+    base_day,
+    company_names,
+    excel_round,
+    make_people,
+    money,
+    near_tie,
+)
+from envs.worlds.facts import CellFact, LawInputs, PdfFacts, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SlideSpec, WorkbookSpec
+
+REGISTER = "registers/contract_register.xlsx"
+BUDGET = "models/matter_budget.xlsx"
+SPA = "docs/share_purchase_agreement.docx"
+MEMO = "docs/advice_memo.docx"
+REPORT = "reports/due_diligence_report.pdf"
+DECK = "presentations/client_briefing.pptx"
+ROLES = ["Partner", "Senior Associate", "Associate", "Paralegal"]
+ROLE_COLUMNS = ["B", "C", "D", "E"]
+PHASES = ["Due diligence", "SPA negotiation", "Signing and closing", "Regulatory filings"]
+CONTRACT_TYPES = ["Master services agreement", "Supply agreement", "Licence", "Lease", "Distribution agreement"]
+STATUSES = ["Active", "Active", "Active", "Expired", "Under review"]
+GOVERNING_LAWS = ["England and Wales", "New York", "Delaware", "the Netherlands", "Ireland"]
+
+
+@dataclass(frozen=True)
+class RegisterSummary:
+    """The Summary sheet of the register, as its formulas compute it (USD k)."""
+
+    total_value: float
+    active: int
+    coc_count: int
+    coc_value: float
+    largest: float
+    average: float
+
+
+def register_summary(inputs: LawInputs) -> RegisterSummary:
+    """total = SUM(values); active = COUNTIF(status, "Active"); CoC = COUNTIF/SUMIF(change of control, "Yes");
+    largest = MAX(values); average = ROUND(AVERAGE(values), 1)."""
+    values = [c[3] for c in inputs.contracts]
+    coc = [c[3] for c in inputs.contracts if c[7] == "Yes"]
+    return RegisterSummary(
+        total_value=float(f"{sum(values):.10g}"),
+        active=sum(1 for c in inputs.contracts if c[6] == "Active"),
+        coc_count=len(coc),
+        coc_value=float(f"{sum(coc):.10g}"),
+        largest=max(values),
+        average=excel_round(sum(values) / len(values), 1),
+    )
+
+
+@dataclass(frozen=True)
+class MatterBudget:
+    """Phase cost = Σ_role hours·rate (USD); total = Σ phases; with contingency = ROUND(total·(1+contingency), 0)."""
+
+    phase_costs: list[float]
+    total: float
+    with_contingency: float
+
+
+def matter_budget(inputs: LawInputs) -> MatterBudget:
+    rates = [rate for _, rate in inputs.rates]
+    costs = [sum(h * r for h, r in zip(hours, rates, strict=True)) for _, hours in inputs.phases]
+    total = sum(costs)
+    return MatterBudget(
+        phase_costs=costs, total=total, with_contingency=excel_round(total * (1 + inputs.contingency), 0)
+    )
+
+
+def _sample_inputs(rng: random.Random, counterparties: list[str], day0: date) -> LawInputs:
+    while True:
+        contracts = []
+        for number, counterparty in enumerate(counterparties, start=1):
+            start = day0 - timedelta(days=rng.randrange(200, 2400))
+            contracts.append(
+                (f"C-{number:02d}", counterparty, rng.choice(CONTRACT_TYPES), float(rng.randrange(40, 2500, 5)), start,
+                 start + timedelta(days=365 * rng.randrange(2, 8)), rng.choice(STATUSES), rng.choice(["Yes", "No"]))
+            )  # fmt: skip
+        inputs = LawInputs(
+            contracts=contracts,
+            rates=[(role, float(rate)) for role, rate in zip(ROLES, _rates(rng), strict=True)],
+            phases=[(phase, [float(rng.randrange(4, 60)) for _ in ROLES]) for phase in PHASES],
+            contingency=rng.randrange(5, 16) / 100,
+        )
+        values = [c[3] for c in contracts]
+        budget = matter_budget(inputs)
+        coc = register_summary(inputs).coc_count
+        if 0 < coc < len(contracts) and not (
+            near_tie(sum(values) / len(values), 1) or near_tie(budget.total * (1 + inputs.contingency), 0)
+        ):
+            return inputs
+
+
+def _rates(rng: random.Random) -> list[int]:
+    return [rng.randrange(850, 1400, 25), rng.randrange(600, 850, 25), rng.randrange(380, 600, 20),
+            rng.randrange(150, 260, 10)]  # fmt: skip
+
+
+def build(world_id: str, rng: random.Random) -> WorldContent:
+    client, target, *counterparties = company_names(rng, 14, ["plc", "Ltd", "GmbH", "B.V.", "Inc."])
+    firm = f"{company_names(rng, 1, ['LLP'])[0]}"
+    firm_domain = firm.split()[0].lower() + "law.com"
+    people = make_people(
+        rng,
+        [
+            ("Partner", firm_domain),
+            ("Senior Associate", firm_domain),
+            ("Associate", firm_domain),
+            ("Paralegal", firm_domain),
+            ("Client General Counsel", client.split()[0].lower() + ".com"),
+            ("Seller's Counsel", "sellercounsel.com"),
+        ],
+    )
+    partner, senior, associate, paralegal, counsel, seller_counsel = people
+    project = f"Project {rng.choice(CODENAMES)}"
+    day0 = base_day(rng)
+    inputs = _sample_inputs(rng, counterparties, day0)
+    summary = register_summary(inputs)
+    budget = matter_budget(inputs)
+    cells: dict[str, CellFact] = {}
+    last = len(inputs.contracts) + 1
+
+    contracts = SheetBuilder(REGISTER, "Contracts", cells)
+    contracts.row(1, ["ID", "Counterparty", "Type", "Annual value (USD k)", "Start date", "End date", "Status",
+                      "Change of control"], bold=True)  # fmt: skip
+    for offset, (cid, party, kind, value, start, end, status, coc) in enumerate(inputs.contracts):
+        row = offset + 2
+        contracts.row(row, [cid, party, kind])
+        contracts.put(f"D{row}", value, fact=f"value_{cid}", label=f"annual value of {cid}", unit="USD k")
+        contracts.put(f"E{row}", start, fact=f"start_{cid}", label=f"start date of {cid}", number_format="yyyy-mm-dd")
+        contracts.put(f"F{row}", end, fact=f"end_{cid}", label=f"end date of {cid}", number_format="yyyy-mm-dd")
+        contracts.put(f"G{row}", status, fact=f"status_{cid}", label=f"status of {cid}")
+        contracts.put(f"H{row}", coc, fact=f"coc_{cid}", label=f"change-of-control clause in {cid}")
+
+    register = SheetBuilder(REGISTER, "Summary", cells)
+    register.put("A1", f"{project} — contract register summary", bold=True)
+    for row, key, label, formula, value in [
+        (3, "total_value", "Total annual value (USD k)", f"=SUM(Contracts!D2:D{last})", summary.total_value),
+        (4, "active_count", "Active contracts", f'=COUNTIF(Contracts!G2:G{last},"Active")', summary.active),
+        (5, "coc_count", "Contracts with change-of-control clauses", f'=COUNTIF(Contracts!H2:H{last},"Yes")',
+         summary.coc_count),
+        (6, "coc_value", "Annual value with change-of-control clauses (USD k)",
+         f'=SUMIF(Contracts!H2:H{last},"Yes",Contracts!D2:D{last})', summary.coc_value),
+        (7, "largest_value", "Largest annual value (USD k)", f"=MAX(Contracts!D2:D{last})", summary.largest),
+        (8, "average_value", "Average annual value (USD k)", f"=ROUND(AVERAGE(Contracts!D2:D{last}),1)",
+         summary.average),
+    ]:  # fmt: skip
+        register.put(f"A{row}", label)
+        register.put(f"B{row}", formula, fact=key, label=label, computed=value)
+
+    rates = SheetBuilder(BUDGET, "Rates", cells)
+    rates.row(1, ["Role", "Hourly rate (USD)"], bold=True)
+    for offset, (role, rate) in enumerate(inputs.rates):
+        rates.put(f"A{offset + 2}", role)
+        rates.put(f"B{offset + 2}", rate, fact=f"rate_{role}", label=f"hourly rate of a {role}", unit="USD")
+    sheet = SheetBuilder(BUDGET, "Budget", cells)
+    sheet.row(1, ["Phase (hours)", *ROLES, "Cost (USD)"], bold=True)
+    for offset, ((phase, hours), cost) in enumerate(zip(inputs.phases, budget.phase_costs, strict=True)):
+        row = offset + 2
+        sheet.put(f"A{row}", phase)
+        for column, role, value in zip(ROLE_COLUMNS, ROLES, hours, strict=True):
+            sheet.put(f"{column}{row}", value, fact=f"hours_{phase}_{role}", label=f"{role} hours on {phase}")
+        formula = "=" + "+".join(f"{c}{row}*Rates!$B${i + 2}" for i, c in enumerate(ROLE_COLUMNS))
+        sheet.put(f"F{row}", formula, fact=f"cost_{phase}", label=f"cost of {phase}", computed=cost, unit="USD")
+    total_row = len(PHASES) + 2
+    sheet.put(f"A{total_row}", "Total", bold=True)
+    sheet.put(f"F{total_row}", f"=SUM(F2:F{total_row - 1})", fact="budget_total", label="total budget",
+              computed=budget.total, unit="USD")  # fmt: skip
+    sheet.put(f"A{total_row + 2}", "Contingency")
+    sheet.put(f"B{total_row + 2}", inputs.contingency, fact="contingency", label="contingency")
+    sheet.put(f"A{total_row + 3}", "Total with contingency", bold=True)
+    sheet.put(f"F{total_row + 3}", f"=ROUND(F{total_row}*(1+B{total_row + 2}),0)", fact="budget_with_contingency",
+              label="total budget with contingency", computed=budget.with_contingency, unit="USD")  # fmt: skip
+
+    price = float(rng.randrange(60, 900))
+    escrow_pct, escrow_months, cap_pct = (
+        rng.choice([5, 7.5, 10, 12.5]),
+        rng.choice([12, 18, 24]),
+        rng.choice([10, 20, 25, 30]),
+    )
+    governing_law = rng.choice(GOVERNING_LAWS)
+    signing = day0 + timedelta(days=rng.randrange(10, 20))
+    long_stop = signing + timedelta(days=rng.randrange(90, 200))
+    fee_cap = float(round(budget.with_contingency * rng.uniform(1.05, 1.3), -3))
+    matter_number = f"{rng.randrange(10000, 99999)}-{rng.randrange(100, 999)}"
+    notice_days = rng.choice([30, 45, 60, 90, 120])
+    msa_party = next((c for c in inputs.contracts if c[7] == "Yes"), inputs.contracts[0])[1]
+    by_value = sorted(inputs.contracts, key=lambda c: c[3], reverse=True)[:5]
+
+    spa = DocSpec(
+        SPA,
+        f"Share purchase agreement — {target}",
+        [
+            f"This agreement is made between {client} (the Buyer) and the shareholders of {target} (the Sellers).",
+            f"1. Purchase price. The purchase price for the shares is USD {price}m, payable in cash at completion.",
+            f"2. Escrow. {escrow_pct}% of the purchase price is paid into escrow for {escrow_months} months.",
+            f"3. Limitation. The Sellers' aggregate liability under the warranties is capped at {cap_pct}% of the "
+            "purchase price.",
+            f"4. Long-stop date. If completion has not occurred by {long_stop.isoformat()}, either party may "
+            "terminate.",
+            f"5. Governing law. This agreement is governed by the law of {governing_law}.",
+        ],
+    )
+    memo = DocSpec(
+        MEMO,
+        f"Advice memo — {project}",
+        [
+            f"To: {counsel.name}, General Counsel, {client}. From: {partner.name}, {firm}. Date: {day0.isoformat()}.",
+            f"We reviewed {len(inputs.contracts)} material contracts of {target} with a total annual value of "
+            f"USD {summary.total_value}k.",
+            f"{summary.coc_count} contracts contain change-of-control clauses, with an annual value of "
+            f"USD {summary.coc_value}k; counterparty consent should be a condition to completion.",
+            [["ID", "Counterparty", "Annual value (USD k)"], *[[c[0], c[1], str(c[3])] for c in by_value]],
+            "We recommend a specific indemnity for the pending regulatory review.",
+        ],
+    )
+    wrapped = (
+        f"The agreement with {msa_party} may be terminated by the counterparty on {notice_days} days' written notice "
+        f"following a change of control of {target}."
+    )
+    table_header = ["ID", "Counterparty", "Annual value (USD k)", "End date"]
+    table_rows = [[c[0], c[1], money(c[3]), c[5].isoformat()] for c in by_value]
+    pdf = PdfSpec(
+        REPORT,
+        f"Legal due diligence report — {target}",
+        [
+            f"Prepared by {firm} for {client} in connection with {project}.",
+            f"The review covered {len(inputs.contracts)} material contracts disclosed in the data room.",
+        ],
+        "Material contracts",
+        [
+            f"Several contracts restrict assignment or a change of control. {wrapped} No consent has been requested "
+            "so far.",
+            "Most supply agreements renew automatically for one-year periods unless notice is given three months "
+            "before expiry.",
+            "Two licences are limited to named territories and would not extend to the Buyer's group.",
+        ],
+        [
+            f"The target is party to {rng.randrange(2, 6)} pending disputes, none of which is expected to exceed "
+            "the warranty de minimis threshold.",
+            f"Employment contracts for the {rng.randrange(5, 15)} senior managers contain six-month non-compete "
+            "covenants and retention arrangements tied to completion.",
+            "Real estate is held on leases; no freehold property was identified.",
+        ],
+        "Largest contracts by annual value",
+        [table_header, *table_rows],
+    )
+    pdf_facts = PdfFacts(
+        path=REPORT, columns_page=2, wrapped_sentence=wrapped, wrapped_value=str(notice_days),
+        wrapped_label=f"notice period (days) in the agreement with {msa_party}", table_page=3,
+        table_header=table_header, table_rows=table_rows,
+    )  # fmt: skip
+    deck = DeckSpec(
+        DECK,
+        [
+            SlideSpec(f"{project} — client briefing", [f"{firm} for {client}", day0.strftime("%d %B %Y")]),
+            SlideSpec(
+                "Key findings",
+                [
+                    f"{summary.coc_count} change-of-control contracts (USD {summary.coc_value}k a year)",
+                    f"Purchase price USD {price}m with {escrow_pct}% in escrow",
+                    f"Signing planned for {signing.isoformat()}",
+                ],
+            ),
+            SlideSpec(
+                "Matter budget",
+                table=[
+                    ["Phase", "Cost (USD)"],
+                    *[[p, money(c, 0)] for (p, _), c in zip(inputs.phases, budget.phase_costs, strict=True)],
+                ],
+            ),
+            SlideSpec("Next steps", ["Seek counterparty consents", "Finalise disclosure letter"]),
+        ],
+    )
+    text_files = {
+        "reference/matter_number.txt": matter_number,
+        "reference/governing_law.txt": governing_law,
+        "reference/client_name.txt": client,
+        "reference/signing_date.txt": signing.isoformat(),
+    }
+    texts = {
+        "matter_number": TextFact(label="matter number", source="reference/matter_number.txt", value=matter_number),
+        "governing_law": TextFact(label="governing law", source="reference/governing_law.txt", value=governing_law),
+        "client_name": TextFact(label="client", source="reference/client_name.txt", value=client),
+        "signing_date": TextFact(label="signing date", source="reference/signing_date.txt", value=signing.isoformat()),
+        "price": TextFact(label="purchase price (USD m)", source=SPA, value=str(price)),
+        "escrow_pct": TextFact(label="escrow (% of price)", source=SPA, value=str(escrow_pct)),
+        "escrow_months": TextFact(label="escrow period (months)", source=SPA, value=str(escrow_months)),
+        "cap_pct": TextFact(label="warranty cap (% of price)", source=SPA, value=str(cap_pct)),
+        "long_stop": TextFact(label="long-stop date", source=SPA, value=long_stop.isoformat()),
+        "memo_total_value": TextFact(label="total annual value in the memo", source=MEMO,
+                                     value=str(summary.total_value)),
+        "memo_coc_value": TextFact(label="change-of-control value in the memo", source=MEMO,
+                                   value=str(summary.coc_value)),
+        "fee_cap": TextFact(label="agreed fee cap (USD)", source="mail:fee_cap", value=str(fee_cap)),
+        "msa_party": TextFact(label="counterparty with the notice clause", source=REPORT, value=msa_party),
+    }  # fmt: skip
+    mail = [
+        MailSpec("instruction", "t01", "inbox", counsel.email, [partner.email], at(day0 - timedelta(days=12), 9, 0),
+                 f"{project}: instruction", f"We would like you to act for {client} on the acquisition of {target}."),
+        MailSpec("instruction_reply", "t01", "sent", partner.email, [counsel.email],
+                 at(day0 - timedelta(days=12), 11, 20), f"RE: {project}: instruction",
+                 f"Thank you. Our matter number is {matter_number}; the budget follows.", attachments=[BUDGET]),
+        MailSpec("fee_cap", "t01", "inbox", counsel.email, [partner.email], at(day0 - timedelta(days=11), 8, 45),
+                 f"RE: RE: {project}: instruction",
+                 f"Budget noted. Our board has approved a fee cap of USD {fee_cap:,.0f} for this matter."),
+        MailSpec("register", "t02", "inbox", paralegal.email, [senior.email, associate.email],
+                 at(day0 - timedelta(days=6), 17, 30), "Contract register updated",
+                 "The register now covers every contract in the data room.", attachments=[REGISTER]),
+        MailSpec("spa", "t03", "inbox", seller_counsel.email, [partner.email, senior.email],
+                 at(day0 - timedelta(days=3), 19, 5), f"{target}: SPA draft", "Our draft SPA is attached.",
+                 attachments=[SPA]),
+        MailSpec("report", "t04", "inbox", senior.email, [partner.email], at(day0 - timedelta(days=1), 21, 10),
+                 "DD report final", "Final due diligence report attached.", attachments=[REPORT]),
+    ]  # fmt: skip
+    chat = [
+        ChatSpec("register_path", "matter-team", paralegal.name, at(day0, 9, 0), f"Register is at {REGISTER}"),
+        ChatSpec("consents", "matter-team", partner.name, at(day0, 9, 40),
+                 "Please prioritise the change-of-control consents before signing."),
+        ChatSpec("budget", "matter-team", senior.name, at(day0, 10, 30), f"Budget model: {BUDGET}"),
+        ChatSpec("printer", "office", associate.name, at(day0, 13, 15), "The 4th floor printer is fixed."),
+    ]  # fmt: skip
+    team = [partner.email, senior.email, associate.email]
+    events = [
+        EventSpec("dd_call", "Due diligence call", at(day0 + timedelta(days=1), 11), at(day0 + timedelta(days=1), 12),
+                  [*team, counsel.email], "Video call", "Walk through the red-flag issues."),
+        EventSpec("negotiation", "SPA negotiation meeting", at(day0 + timedelta(days=4), 10),
+                  at(day0 + timedelta(days=4), 16), [*team, seller_counsel.email], f"{firm} offices", "Full day."),
+        EventSpec("board", f"{client} board call", at(day0 + timedelta(days=6), 17), at(day0 + timedelta(days=6), 18),
+                  [partner.email, counsel.email], "Video call", "Approval to sign."),
+        EventSpec("signing", "Signing", at(signing, 15), at(signing, 16), [*team, counsel.email, seller_counsel.email],
+                  f"{firm} offices", f"Signing of the SPA for {target}."),
+    ]  # fmt: skip
+    return WorldContent(
+        client=client,
+        counterparty=target,
+        project=project,
+        people=people,
+        files={"register": REGISTER, "budget": BUDGET, "spa": SPA, "memo": MEMO, "report": REPORT, "deck": DECK},
+        workbooks=[
+            WorkbookSpec(REGISTER, [contracts.spec({"B": 26, "C": 28}), register.spec({"A": 48})]),
+            WorkbookSpec(BUDGET, [rates.spec({"A": 20}), sheet.spec({"A": 24})]),
+        ],
+        documents=[spa, memo],
+        decks=[deck],
+        pdf=pdf,
+        pdf_facts=pdf_facts,
+        text_files=text_files,
+        mail=mail,
+        chat=chat,
+        events=events,
+        cells=cells,
+        texts=texts,
+        inputs=inputs,
+    )
