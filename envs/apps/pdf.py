@@ -100,13 +100,13 @@ def find_gutter(lines: list[_Line], width: float) -> tuple[float, float] | None:
 def _bands(lines: list[_Line], gutter: tuple[float, float], tables: list[Box]) -> Iterator[tuple[bool, float, float]]:
     """Consecutive runs of lines as (two_columns, top, bottom).
 
-    A line is full-width when a word reaches into the gutter or it belongs to a table (read row by row, never split).
+    A line is full-width when a word crosses the middle of the gutter or it belongs to a table (read row by row,
+    never split).
     """
+    middle = sum(gutter) / 2
 
     def two_columns(line: _Line) -> bool:
-        return not any(
-            (w["x0"] < gutter[1] and w["x1"] > gutter[0]) or any(_inside(w, box) for box in tables) for w in line.words
-        )
+        return not any((w["x0"] < middle < w["x1"]) or any(_inside(w, box) for box in tables) for w in line.words)
 
     for split, group in itertools.groupby(lines, key=two_columns):
         run = list(group)

@@ -14,6 +14,7 @@ import statistics
 from pycel.excelutil import DIV0, ERROR_CODES, NUM_ERROR, flatten
 
 __all__ = [
+    "counta",
     "irr",
     "median",
     "pmt",
@@ -36,6 +37,11 @@ def _numbers(args: tuple[object, ...]) -> list[float] | str:
     if error is not None:
         return error
     return [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def counta(*args: object) -> int:
+    """COUNTA: the number of non-empty values (numbers, text, booleans and error values all count)."""
+    return sum(1 for value in flatten(args) if value is not None and value != "")
 
 
 def median(*args: object) -> float | str:

@@ -74,3 +74,40 @@ def test_missing_and_wrong_files(world: World) -> None:
 def test_paths_cannot_leave_the_world(world: World, escaping_path: Callable[[str], str]) -> None:
     with pytest.raises(ToolError, match=r"absolute paths are not allowed|path leaves the world root"):
         call_tool(world, "pdf.read_tables", {"path": escaping_path(".pdf"), "page": 1})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ragged_right_columns_are_read_in_order(tmp_path, seed: int) -> None:
+    """Left-aligned (ragged-right) paragraphs of random lengths: lines end anywhere inside the left column."""
+    import random
+
+    from reportlab.lib.pagesizes import letter
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import BaseDocTemplate, Frame, FrameBreak, PageTemplate, Paragraph
+
+    from envs.apps.pdf import page_text
+
+    rng = random.Random(seed)
+    vocabulary = "revenue grew strongly in the period while margins expanded as synergies delivered value".split()
+    styles = getSampleStyleSheet()
+    width, height = letter
+    margin, gap = 54, 24
+    column = (width - 2 * margin - gap) / 2
+    frames = [
+        Frame(margin, height - margin - 50, width - 2 * margin, 50),
+        Frame(margin, margin, column, height - 2 * margin - 60),
+        Frame(margin + column + gap, margin, column, height - 2 * margin - 60),
+    ]
+    doc = BaseDocTemplate(str(tmp_path / "r.pdf"), pagesize=letter, invariant=1)
+    doc.addPageTemplates([PageTemplate("columns", frames)])
+
+    def paragraph(tag: str) -> Paragraph:
+        return Paragraph(f"{tag} " + " ".join(rng.choices(vocabulary, k=rng.randint(3, 40))), styles["BodyText"])
+
+    story = [Paragraph("Title", styles["Title"]), FrameBreak()]
+    story += [paragraph(f"L{i}X") for i in range(8)] + [FrameBreak()] + [paragraph(f"R{i}X") for i in range(8)]
+    doc.build(story)
+    with pdfplumber.open(tmp_path / "r.pdf") as pdf:
+        text = page_text(pdf.pages[0])
+    positions = [text.find(f"{side}{i}X") for side in "LR" for i in range(8)]
+    assert -1 not in positions and positions == sorted(positions)

@@ -36,3 +36,7 @@ def test_irr() -> None:
     assert fn.irr(((-100, 110),)) == pytest.approx(0.10)
     assert fn.irr(((-100,), (60,), (60,))) == pytest.approx(0.1306623863, rel=1e-8)
     assert fn.irr(((100, 50),)) == "#NUM!"
+
+
+def test_counta_counts_every_non_empty_value() -> None:
+    assert fn.counta(((1, "x", None), (True, "", "#N/A")), 7) == 5  # 1, "x", True, "#N/A", 7
