@@ -1,0 +1,365 @@
+"""The agent loop: one rollout of a task, token in / token out, and a group of rollouts run concurrently.
+
+One rollout (RECIPE "TITO"): the first prompt is the chat template's render of system + task (tools listed by the
+template); each turn posts *all tokens so far* as the prompt to ``/v1/completions``, appends the sampled ids
+(mask 1, engine logprobs), parses them (``parsing.parse_turn``), runs the tool calls one after the other, and appends
+the observation tokens (mask 0, logprob 0) as a delta of the template (``chat.delta_ids``). History is never
+re-rendered, and the code checks that each request's prompt starts with the previous request's prompt + completion.
+
+Stop reasons and blame (``Trajectory.stop_reason`` / ``error_class``):
+
+==============================  ==============  =================  ==============================================
+what happened                   stop_reason     error_class        note
+==============================  ==============  =================  ==============================================
+a turn without tool calls       stop            —                  the text (reasoning stripped) is the answer
+max_tokens_per_turn hit         length          model
+max_turns used up               length          model              the last turn's tools ran (world effects count)
+next turn / observation         context_length  model              the task prompt alone: task
+would not fit the budget
+agent_timeout_s elapsed         timeout         model
+> max_parse_retries unparsable  error           model              consecutive turns; each gets a corrective turn
+turns in a row
+engine / tool transport error   error           retryable_infra    not graded: re-run it, do not train on it
+grading raised                  error           task
+==============================  ==============  =================  ==============================================
+
+A tool that answers with an error (bad path, ``ModuleNotFoundError``, its own timeout) is no failure of the rollout:
+the model reads the message, and the ``ToolCallRecord`` says ``ok=False`` with the error's class.
+
+Context nudge (RECIPE): when, after an observation, at most ``context_nudge_threshold`` of the context budget would
+be left, a notice "~N % of the context window remains … give your final answer soon" is appended to that
+observation (training-time harness change; evals run without it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import PreTrainedTokenizerBase
+
+from envs.harness.chat import (
+    ANSWER_INSTRUCTIONS,
+    correction_message,
+    delta_ids,
+    eos_token_id,
+    initial_messages,
+    prompt_ids,
+    tool_result_message,
+    turn_close_ids,
+)
+from envs.harness.engine_client import CompletionEngine, EngineError
+from envs.harness.parsing import ToolCall, parse_turn
+from envs.harness.tools import ToolOutcome, ToolSession, error_signature
+from envs.types import ErrorClass, GradeResult, StopReason, TaskSpec, ToolCallRecord, Trajectory, TurnSpan
+
+GradeFn = Callable[[str | None], GradeResult]
+"""Grades a finished rollout from its final answer (None when there is none); the caller binds the world copy."""
+
+
+class HarnessConfig(BaseModel):
+    """Knobs of the MCP harness; defaults are the recipe's hero numbers (RECIPE "Hero configuration")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # core
+    max_turns: int = Field(64, ge=1)
+    max_tokens_per_turn: int = Field(50_000, ge=1, description="per-turn max tokens (35B: 50k, 397B: 40k)")
+    context_budget_tokens: int = Field(160_000, ge=2, description="prompt + all turns (train 160k, eval 262k)")
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(None, description="base sampling seed; each (sample, turn) gets its own")
+    # advanced
+    tool_result_max_chars: int = Field(42_000, ge=1, description="longer tool results are cut, with a marker")
+    tool_timeout_s: float = Field(300.0, gt=0.0)
+    max_parse_retries: int = Field(2, ge=0, description="corrective turns for unparsable calls, in a row")
+    context_nudge: bool = False
+    context_nudge_threshold: float = Field(0.2, gt=0.0, lt=1.0, description="share of the context budget left")
+    agent_timeout_s: float = Field(3600.0, gt=0.0)
+    system_prompt: str = ANSWER_INSTRUCTIONS
+
+
+class TitoViolation(RuntimeError):
+    """A request's prompt is not the previous prompt + completion: a harness bug, never a rollout outcome."""
+
+
+class _ToolTransportError(Exception):
+    """The tool session itself broke (not a tool error the model can read)."""
+
+
+def truncate_tool_result(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters plus a marker saying how much was dropped (recipe: 42k)."""
+    if len(text) <= max_chars:
+        return text
+    return f"{text[:max_chars]}\n[… truncated: {len(text) - max_chars} of {len(text)} characters not shown]"
+
+
+def context_nudge_text(percent_left: int) -> str:
+    return f"\n\n[System notice] ~{percent_left} % of the context window remains; give your final answer soon."
+
+
+def request_seed(base: int | None, sample_index: int, turn: int) -> int | None:
+    """A distinct, reproducible seed per (sample, turn): ``(base·P + sample)·P + turn mod 2^63``, P = 1 000 003."""
+    if base is None:
+        return None
+    prime = 1_000_003
+    return ((base * prime + sample_index) * prime + turn) % (1 << 63)
+
+
+def _stop(trajectory: Trajectory, reason: StopReason, error_class: ErrorClass | None, error: str | None) -> None:
+    trajectory.stop_reason, trajectory.error_class, trajectory.error = reason, error_class, error
+
+
+def _append(trajectory: Trajectory, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
+    """Append ids; sampled ids (with logprobs) get mask 1, template ids mask 0 and logprob 0. Never rewrites."""
+    trajectory.tokens.extend(ids)
+    trajectory.loss_mask.extend([0 if logprobs is None else 1] * len(ids))
+    trajectory.logprobs.extend([0.0] * len(ids) if logprobs is None else logprobs)
+
+
+async def _call_tool(
+    trajectory: Trajectory, tools: ToolSession, call: ToolCall, turn: int, config: HarnessConfig
+) -> str:
+    """Run one call, record it, return the text the model will read (truncated)."""
+    started = time.perf_counter()
+    try:
+        outcome = await asyncio.wait_for(tools.call(call.name, call.arguments), config.tool_timeout_s)
+    except TimeoutError:
+        elapsed = time.perf_counter() - started
+        text = f"{call.name}: no answer within the {config.tool_timeout_s:g} s tool timeout"
+        outcome = ToolOutcome(text, is_error=True, latency_s=elapsed, returned_empty=False, timed_out=True)
+    except Exception as error:  # a session that raises is broken (tool errors come back as outcomes)
+        message = f"{call.name}: tool transport failed: {type(error).__name__}: {error}"
+        trajectory.tool_calls.append(
+            ToolCallRecord(
+                turn=turn,
+                tool=call.name,
+                args=call.arguments,
+                ok=False,
+                error_class="transport",
+                error=message,
+                latency_s=time.perf_counter() - started,
+            )
+        )
+        trajectory.env_s += time.perf_counter() - started
+        raise _ToolTransportError(message) from error
+    trajectory.env_s += time.perf_counter() - started
+    trajectory.tool_calls.append(
+        ToolCallRecord(
+            turn=turn,
+            tool=call.name,
+            args=call.arguments,
+            ok=not outcome.is_error,
+            error_class=error_signature(outcome) if outcome.is_error else None,
+            error=outcome.text[:2000] if outcome.is_error else None,
+            returned_empty=outcome.returned_empty,
+            latency_s=outcome.latency_s,
+        )
+    )
+    return truncate_tool_result(outcome.text, config.tool_result_max_chars)
+
+
+def _observation_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    observations: list[dict[str, str]],
+    closing: list[int],
+    used: int,
+    config: HarnessConfig,
+) -> list[int]:
+    """closing + delta of the observations; with the nudge on, a notice on the last one when context runs short."""
+    ids = closing + delta_ids(tokenizer, observations)
+    if not config.context_nudge:
+        return ids
+    left = 1.0 - (used + len(ids)) / config.context_budget_tokens
+    if left > config.context_nudge_threshold:
+        return ids
+    last = {
+        **observations[-1],
+        "content": observations[-1]["content"] + context_nudge_text(max(0, math.floor(100 * left))),
+    }
+    return closing + delta_ids(tokenizer, [*observations[:-1], last])
+
+
+async def _rollout(
+    trajectory: Trajectory,
+    task: TaskSpec,
+    tools: ToolSession,
+    engine: CompletionEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    config: HarnessConfig,
+) -> None:
+    """The turn loop; fills ``trajectory`` in place so a timeout keeps what was done."""
+    eos = eos_token_id(tokenizer)
+    close = turn_close_ids(tokenizer)
+    budget = config.context_budget_tokens
+    try:
+        specs = await tools.list_tools()
+    except Exception as error:
+        raise _ToolTransportError(f"list_tools failed: {type(error).__name__}: {error}") from error
+    first = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), specs)
+    _append(trajectory, first)
+    trajectory.prompt_len = len(first)
+    if len(first) >= budget:
+        message = f"the task prompt ({len(first)} tokens) fills the context budget of {budget} tokens"
+        return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.TASK, message)
+    previous: list[int] = []  # last request's prompt + its completion: the next prompt must start with it
+    parse_failures = 0
+    for turn in range(config.max_turns):
+        context = list(trajectory.tokens)
+        if context[: len(previous)] != previous:
+            raise TitoViolation(f"turn {turn}: the prompt does not start with turn {turn - 1}'s prompt + completion")
+        max_tokens = min(config.max_tokens_per_turn, budget - len(context))
+        seed = request_seed(config.seed, trajectory.sample_index, turn)
+        started = time.perf_counter()
+        completion = await engine.complete(context, max_tokens, config.temperature, config.top_p, seed, (eos,))
+        trajectory.llm_s += time.perf_counter() - started
+        if completion.finish_reason == "abort":
+            raise EngineError(f"turn {turn}: the engine aborted the request", retryable=True)
+        start = len(trajectory.tokens)
+        _append(trajectory, completion.token_ids, completion.logprobs)
+        span = TurnSpan(
+            turn=turn,
+            start=start,
+            end=len(trajectory.tokens),
+            finish_reason=completion.finish_reason,
+            weight_version=completion.weight_version,
+        )
+        trajectory.turns.append(span)
+        if completion.weight_version is not None:
+            trajectory.weight_versions.append(completion.weight_version)
+        previous = context + completion.token_ids
+        if completion.finish_reason == "length":
+            if max_tokens < config.max_tokens_per_turn:
+                message = f"turn {turn} ran into the context budget of {budget} tokens"
+                return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.MODEL, message)
+            message = f"turn {turn} hit max_tokens_per_turn={config.max_tokens_per_turn}"
+            return _stop(trajectory, StopReason.LENGTH, ErrorClass.MODEL, message)
+        parsed = parse_turn(tokenizer.decode(completion.token_ids, skip_special_tokens=True))
+        if parsed.final_answer is not None:
+            trajectory.final_answer = parsed.final_answer
+            return _stop(trajectory, StopReason.STOP, None, None)
+        if parsed.errors:
+            parse_failures += 1
+            if parse_failures > config.max_parse_retries:
+                message = f"{parse_failures} unparsable tool-call turns in a row; last: {'; '.join(parsed.errors)}"
+                return _stop(trajectory, StopReason.ERROR, ErrorClass.MODEL, message)
+            observations = [correction_message(parsed.errors)]
+        else:
+            parse_failures = 0
+            observations = [
+                tool_result_message(await _call_tool(trajectory, tools, call, turn, config)) for call in parsed.calls
+            ]
+        if turn + 1 == config.max_turns:
+            break  # no turn will read these results: keep the token lists ending at the last sampled turn
+        # A turn that stopped on a stop token other than EOS still gets the EOS the template closes turns with.
+        closing = ([] if completion.token_ids[-1:] == [eos] else [eos]) + close
+        ids = _observation_ids(tokenizer, observations, closing, len(trajectory.tokens), config)
+        if len(trajectory.tokens) + len(ids) >= budget:
+            message = f"turn {turn}'s observations ({len(ids)} tokens) leave no room in the {budget}-token budget"
+            return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.MODEL, message)
+        _append(trajectory, ids)
+    _stop(trajectory, StopReason.LENGTH, ErrorClass.MODEL, f"max_turns={config.max_turns} reached without an answer")
+
+
+async def run_agent(
+    task: TaskSpec,
+    tools: ToolSession,
+    engine: CompletionEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    config: HarnessConfig,
+    *,
+    grade_fn: GradeFn,
+    group_id: str,
+    sample_index: int = 0,
+    harness: str = "mcp",
+) -> Trajectory:
+    """One rollout of ``task``; graded by ``grade_fn`` unless it failed for infra or task reasons (see module doc)."""
+    trajectory = Trajectory(task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=harness)
+    deadline = asyncio.timeout(config.agent_timeout_s)
+    try:
+        async with deadline:
+            await _rollout(trajectory, task, tools, engine, tokenizer, config)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        message = f"agent timeout of {config.agent_timeout_s:g} s"
+        _stop(trajectory, StopReason.TIMEOUT, ErrorClass.MODEL, message)
+    except (EngineError, _ToolTransportError) as error:
+        # A 4xx or malformed engine reply is not worth retrying as-is, but it is still no outcome of the policy.
+        _stop(trajectory, StopReason.ERROR, ErrorClass.RETRYABLE_INFRA, str(error))
+    if trajectory.error_class in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK):
+        return trajectory
+    try:
+        grade = await asyncio.to_thread(grade_fn, trajectory.final_answer)
+    except Exception as error:
+        _stop(trajectory, StopReason.ERROR, ErrorClass.TASK, f"grading failed: {type(error).__name__}: {error}")
+        return trajectory
+    trajectory.reward, trajectory.criteria, trajectory.passed = grade.score, list(grade.criteria), grade.passed
+    return trajectory
+
+
+@dataclass(frozen=True)
+class SampleEnv:
+    """What one sample of a group runs against: its own tool session and a grader bound to its own world copy."""
+
+    tools: ToolSession
+    grade: GradeFn
+
+
+EnvFactory = Callable[[int], AbstractAsyncContextManager[SampleEnv]]
+"""sample_index → an async context that sets up (copies the world, opens the session) and tears down one sample."""
+
+# Setup failures that mean the task itself is broken (missing world, bad task data); any other one is infra.
+_TASK_SETUP_ERRORS: tuple[type[Exception], ...] = (FileNotFoundError, NotADirectoryError, KeyError, ValueError)
+
+
+async def run_group(
+    task: TaskSpec,
+    env_factory: EnvFactory,
+    engine: CompletionEngine,
+    tokenizer: PreTrainedTokenizerBase,
+    config: HarnessConfig,
+    *,
+    group_id: str,
+    n: int,
+    harness: str = "mcp",
+) -> list[Trajectory]:
+    """``n`` rollouts of ``task`` run concurrently, each in its own ``SampleEnv``; trajectories in sample order.
+
+    A sample whose environment cannot be set up comes back as an ``error`` trajectory (``task`` for a missing world or
+    bad task data, else ``retryable_infra``) instead of failing the group.
+    """
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+
+    async def one(sample_index: int) -> Trajectory:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                env = await stack.enter_async_context(env_factory(sample_index))
+            except Exception as error:
+                blame = ErrorClass.TASK if isinstance(error, _TASK_SETUP_ERRORS) else ErrorClass.RETRYABLE_INFRA
+                failed = Trajectory(task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=harness)
+                message = f"sample environment setup failed: {type(error).__name__}: {error}"
+                _stop(failed, StopReason.ERROR, blame, message)
+                return failed
+            return await run_agent(
+                task,
+                env.tools,
+                engine,
+                tokenizer,
+                config,
+                grade_fn=env.grade,
+                group_id=group_id,
+                sample_index=sample_index,
+                harness=harness,
+            )
+
+    async with asyncio.TaskGroup() as group:
+        runs_G = [group.create_task(one(i)) for i in range(n)]
+    return [run.result() for run in runs_G]

@@ -1,0 +1,129 @@
+"""Render the conversation with the tokenizer's own chat template, and tokenise only what is new (TITO).
+
+Works with any HF tokenizer whose template is Qwen-style: ``<|im_start|>role\\n…<|im_end|>``, tools advertised from
+the template's ``tools`` argument, tool calls as ``<tool_call>{json}</tool_call>``, tool results rendered as a user turn
+wrapped in ``<tool_response>``. History is never re-rendered: the rollout's ids are
+
+    prompt_ids(system + user, generation prompt)
+    + sampled ids of turn 1 (ending in EOS ``<|im_end|>``) + turn_close_ids + delta_ids(observations of turn 1)
+    + sampled ids of turn 2 + …
+
+``turn_close_ids`` is what the template writes after an assistant turn's EOS (``"\\n"`` in Qwen's template, nothing
+in the project's prefix-stable one); ``delta_ids`` is the text the template adds for the new messages plus the next
+generation prompt, cut from ``render(base + new)`` after ``render(base)`` for a fixed base conversation ending in an
+assistant turn (so the cut is exactly where a real rollout's assistant turn ended).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+Message = Mapping[str, Any]
+
+ANSWER_INSTRUCTIONS = (
+    "Work step by step with the tools. Call a tool by writing a <tool_call> block as shown; you may call several "
+    "tools in one turn, and their results come back in <tool_response> blocks. When you know the answer, reply "
+    "with the final answer only and no tool call: that reply ends the task."
+)
+
+# A fixed conversation ending in an assistant turn: the point after which observations are rendered.
+_BASE: tuple[Message, ...] = (
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "A"},
+)
+
+
+def tool_definitions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``{name, description, input_schema}`` listings → the OpenAI function format chat templates render."""
+    return [
+        {
+            "type": "function",
+            "function": {"name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]},
+        }
+        for t in tools
+    ]
+
+
+def render(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    *,
+    add_generation_prompt: bool = False,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> str:
+    """The template's text for ``messages`` (``tools`` in the OpenAI function format)."""
+    return tokenizer.apply_chat_template(
+        [dict(m) for m in messages],
+        tools=list(tools) if tools else None,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=False,
+    )
+
+
+def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def initial_messages(system_prompt: str, task_prompt: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system_prompt}, {"role": "user", "content": task_prompt}]
+
+
+def prompt_ids(
+    tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """The first prompt: system (with the tool listing the template renders) + task, then the generation prompt."""
+    return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools)))
+
+
+def eos_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos_token (Qwen-style templates end a turn with <|im_end|>)")
+    return int(tokenizer.eos_token_id)
+
+
+def turn_close_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Ids the template writes after an assistant turn's EOS: ``render(base)`` after its last EOS text."""
+    text = render(tokenizer, _BASE)
+    eos = tokenizer.eos_token
+    if eos is None or eos not in text:
+        raise ValueError(f"the chat template does not end an assistant turn with the eos token {eos!r}")
+    return encode(tokenizer, text[text.rindex(eos) + len(eos) :])
+
+
+def delta_ids(tokenizer: PreTrainedTokenizerBase, new_messages: Sequence[Message]) -> list[int]:
+    """Ids of ``new_messages`` (observations) as rendered after an assistant turn, plus the next generation prompt.
+
+    delta = encode(render(base + new, generation prompt)[len(render(base)):]), base a fixed conversation ending in an
+    assistant turn. render(base) must be a prefix of the longer render, or the template is not prefix-stable and
+    TITO cannot hold.
+    """
+    if not new_messages:
+        raise ValueError("delta_ids needs at least one new message")
+    before = render(tokenizer, _BASE)
+    after = render(tokenizer, [*_BASE, *new_messages], add_generation_prompt=True)
+    if not after.startswith(before):
+        raise ValueError(
+            "the chat template is not prefix-stable: rendering new messages changed the text of earlier turns"
+        )
+    return encode(tokenizer, after[len(before) :])
+
+
+def tool_result_message(text: str) -> dict[str, str]:
+    return {"role": "tool", "content": text}
+
+
+def correction_message(errors: Sequence[str]) -> dict[str, str]:
+    """A user turn telling the model why its tool call could not be parsed and how to write one."""
+    example = json.dumps({"name": "<tool name>", "arguments": {"<arg>": "<value>"}})
+    problems = "\n".join(f"- {e}" for e in errors)
+    return {
+        "role": "user",
+        "content": f"Your tool call could not be parsed, so nothing was run:\n{problems}\n"
+        f"Write each call as <tool_call>\n{example}\n</tool_call>, or reply without a tool call to give your final "
+        "answer.",
+    }

@@ -1,0 +1,114 @@
+"""Tool sessions: what the agent loop calls tools through.
+
+``ToolSession`` is the protocol; two implementations:
+
+* ``LocalToolSession(world)`` calls the app registry (``envs.apps.call_tool``) in a worker thread — no MCP, fast, for
+  tests and local rollouts. It exposes the gateway's names (``sheets_read_cell``) so a model sees the same tools.
+* ``GatewayToolSession(client)`` adapts an open ``envs.mcp.client.GatewayClient`` (whose ``list_tools`` returns MCP
+  ``Tool`` objects) to the protocol.
+
+Both report failures the model can act on as ``ToolOutcome(is_error=True)``; only a broken transport raises.
+
+Example::
+
+    async with LocalToolSession(World(Path("worlds/ib-1")), apps=("sheets",)) as tools:
+        specs = await tools.list_tools()       # [{"name": "sheets_read_cell", "description": ..., "input_schema": ...}]
+        outcome = await tools.call("sheets_read_cell", {"path": "m.xlsx", "sheet": "Model", "cell": "C5"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
+from envs.mcp.client import GatewayClient, ToolOutcome
+from envs.mcp.servers import mcp_name, registry_name
+
+__all__ = ["GatewayToolSession", "LocalToolSession", "ToolOutcome", "ToolSession", "error_signature"]
+
+
+class ToolSession(Protocol):
+    """What the agent loop needs from a tool backend."""
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Each tool as ``{"name", "description", "input_schema"}`` (the MCP listing, as plain dicts)."""
+        ...
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        """Run tool ``name``; model-fixable failures come back with ``is_error``, a broken transport raises."""
+        ...
+
+
+_ERROR_NAME = re.compile(r"\b([A-Z][A-Za-z]*(?:Error|Exception))\b")
+
+
+def error_signature(outcome: ToolOutcome) -> str:
+    """A short class for a failed call: ``timeout``, the first ``XxxError`` named in the text, else ``ToolError``.
+
+    The de-risk stage groups failures by this (e.g. ``ModuleNotFoundError`` → "preinstall the package").
+    """
+    if outcome.timed_out:
+        return "timeout"
+    match = _ERROR_NAME.search(outcome.text)
+    return match.group(1) if match else "ToolError"
+
+
+class LocalToolSession:
+    """The app registry over one world, called in-process (worker thread); names are the gateway's ``<app>_<op>``."""
+
+    def __init__(self, world: World, apps: Sequence[str] | None = None) -> None:
+        known_apps = sorted({tool.app for tool in TOOLS.values()})
+        unknown = sorted(set(apps or ()) - set(known_apps))
+        if unknown:
+            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(known_apps)}")
+        self.world = world
+        self._tools = sorted(name for name, tool in TOOLS.items() if apps is None or tool.app in apps)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return [
+            {"name": mcp_name(name), "description": TOOLS[name].description, "input_schema": tool_schema(name)}
+            for name in self._tools
+        ]
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        started = time.perf_counter()
+        try:
+            registry = registry_name(name)
+            if registry not in self._tools:
+                raise ToolError(f"tool {name!r} is not offered in this session")
+            text = await asyncio.to_thread(call_tool, self.world, registry, args)
+        except ToolError as error:
+            return ToolOutcome(str(error), is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
+        text = "" if text is None else str(text)  # a tool returning None on success is a bug the records must show
+        return ToolOutcome(
+            text, is_error=False, latency_s=time.perf_counter() - started, returned_empty=not text.strip()
+        )
+
+
+class GatewayToolSession:
+    """``ToolSession`` over an open ``GatewayClient``: MCP ``Tool`` objects become plain dicts."""
+
+    def __init__(self, client: GatewayClient) -> None:
+        self.client = client
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        return [
+            {"name": t.name, "description": t.description or "", "input_schema": t.input_schema}
+            for t in await self.client.list_tools()
+        ]
+
+    async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        return await self.client.call(name, args)
