@@ -22,6 +22,7 @@ from typing import Annotated, BinaryIO
 from pydantic import Field
 
 from envs.apps.base import ToolError, World, tool
+from envs.sandbox.limits import ResourceLimits, isolate, preexec
 
 APP = "code_exec"
 MAX_OUTPUT_BYTES = 20_000  # per stream: the first and the last 10 000 bytes are kept
@@ -40,11 +41,12 @@ class ExecResult:
     stderr: str
     timed_out: bool
     duration_s: float
+    wall_s: float  # the wall-clock limit applied: the requested timeout, capped by the sandbox's limits
 
     def render(self, timeout_s: float) -> str:
         stderr = self.stderr
         if self.timed_out:
-            stderr += f"\n[timed out after {timeout_s:g} s: the process and its children were killed]"
+            stderr += f"\n[timed out after {min(timeout_s, self.wall_s):g} s: the process and its children were killed]"
         return f"exit_code: {self.exit_code}\nstdout:\n{self.stdout}\nstderr:\n{stderr}"
 
 
@@ -82,27 +84,36 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def run_limited(argv: Sequence[str], cwd: Path, timeout_s: float, env: Mapping[str, str]) -> ExecResult:
-    """Run ``argv`` in ``cwd`` in a new session; after ``timeout_s`` seconds of wall-clock time kill its process group.
+def run_limited(
+    argv: Sequence[str], cwd: Path, timeout_s: float, env: Mapping[str, str], limits: ResourceLimits | None = None
+) -> ExecResult:
+    """Run ``argv`` in ``cwd`` in a new session under ``limits``; after ``timeout_s`` seconds (capped at
+    ``limits.wall_s``) of wall-clock time kill its process group.
 
-    The group is killed in every case once the main process is done, so background children cannot outlive the call
-    (or hold the output pipes open). Output is capped at ``MAX_OUTPUT_BYTES`` per stream.
+    ``limits`` defaults to ``ResourceLimits.from_env()``, the limits the sandbox gave this process: rlimits are set in
+    the child, and under bubblewrap (when usable) ``cwd`` is the only writable host folder and there is no network
+    (see ``envs.sandbox.limits``). The group is killed in every case once the main process is done, so background
+    children cannot outlive the call (or hold the output pipes open). Output is capped at ``MAX_OUTPUT_BYTES`` per
+    stream.
     """
+    limits = limits or ResourceLimits.from_env()
+    wall_s = min(timeout_s, limits.wall_s)
     started = time.monotonic()
     process = subprocess.Popen(
-        list(argv),
+        isolate(argv, cwd, cwd, limits.isolation),
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        preexec_fn=preexec(limits),
     )
     assert process.stdout is not None and process.stderr is not None
     readers = [_CappedReader(process.stdout, MAX_OUTPUT_BYTES), _CappedReader(process.stderr, MAX_OUTPUT_BYTES)]
     for reader in readers:
         reader.start()
-    deadline = started + timeout_s
+    deadline = started + wall_s
     while not _exited(process.pid) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
     timed_out = not _exited(process.pid)
@@ -111,7 +122,7 @@ def run_limited(argv: Sequence[str], cwd: Path, timeout_s: float, env: Mapping[s
     for reader in readers:
         reader.join(DRAIN_TIMEOUT_S)
     stdout, stderr = (reader.text() for reader in readers)
-    return ExecResult(exit_code, stdout, stderr, timed_out, time.monotonic() - started)
+    return ExecResult(exit_code, stdout, stderr, timed_out, time.monotonic() - started, wall_s)
 
 
 def _env() -> dict[str, str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -109,10 +109,35 @@ class GatewayClient:
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     ) -> None:
+        self._connect(transport, _target(transport, world, url, apps, variants), call_timeout_s, start_timeout_s)
+
+    def _connect(
+        self, transport: Transport, target: MCPServer | StdioServerParameters | str, call_s: float, start_s: float
+    ) -> None:
         self.transport = transport
-        self.call_timeout_s = call_timeout_s
+        self.call_timeout_s = call_s
         # The session's default read timeout bounds the handshake and the tool listing; calls pass their own.
-        self._client = mcp.Client(_target(transport, world, url, apps, variants), read_timeout_seconds=start_timeout_s)
+        self._client = mcp.Client(target, read_timeout_seconds=start_s)
+
+    @classmethod
+    def for_command(
+        cls,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> GatewayClient:
+        """A stdio session to a gateway started by an explicit command, e.g. a sandbox's (``docker exec -i ...``).
+
+        ``env`` is added to the process environment: the MCP SDK passes only a few safe variables to a stdio server,
+        and a sandbox's resource limits must reach code execution.
+        """
+        client = cls.__new__(cls)
+        server = StdioServerParameters(command=command[0], args=list(command[1:]), env=dict(env or {}), cwd=cwd)
+        client._connect(Transport.STDIO, server, call_timeout_s, start_timeout_s)
+        return client
 
     async def __aenter__(self) -> Self:
         await self._client.__aenter__()

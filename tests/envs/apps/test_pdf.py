@@ -88,7 +88,21 @@ def test_ragged_right_columns_are_read_in_order(tmp_path, seed: int) -> None:
     from envs.apps.pdf import page_text
 
     rng = random.Random(seed)
-    vocabulary = "revenue grew strongly in the period while margins expanded as synergies delivered value".split()
+    vocabulary = [
+        "revenue",
+        "grew",
+        "strongly",
+        "in",
+        "the",
+        "period",
+        "while",
+        "margins",
+        "expanded",
+        "as",
+        "synergies",
+        "delivered",
+        "value",
+    ]
     styles = getSampleStyleSheet()
     width, height = letter
     margin, gap = 54, 24

@@ -1,0 +1,157 @@
+"""A warm pool of sandboxes per world: acquire one, use it, and it is reset to pristine as it goes back.
+
+Starting a sandbox (copy the world, launch the gateway, MCP handshake) costs about a second; resetting a warm one
+restores only the files a rollout changed (``benchmarks/sandbox_pool.py`` prints the ratio). Up to
+``size_per_world`` sandboxes per world exist at once: ``start`` warms them all, an ``acquire`` waits while all are
+busy. A sandbox whose reset fails is closed and replaced by a fresh one on the next acquire. Every sandbox is also
+known to the process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so none outlives the process.
+
+Example::
+
+    async with SandboxPool(make_provider("local", worlds), size_per_world=4) as pool:
+        async with pool.acquire("ib-1") as sandbox:
+            await sandbox.call("filesystem.write_file", {"path": "out.txt", "content": "x"})
+        pool.stats.summary()   # {"acquires": 1, "acquire_wait_p50_s": ..., "reset_p50_s": ..., ...}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+from envs.sandbox.base import REAPER, Sandbox, SandboxError, SandboxProvider
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PoolStats:
+    """Raw timings, one entry per event; ``summary`` reduces them to counts, medians and maxima."""
+
+    acquire_wait_s: list[float] = field(default_factory=list)
+    reset_s: list[float] = field(default_factory=list)
+    start_s: list[float] = field(default_factory=list)
+    failed_resets: int = 0
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {"acquires": len(self.acquire_wait_s), "starts": len(self.start_s)}
+        for name, values in (("acquire_wait", self.acquire_wait_s), ("reset", self.reset_s), ("start", self.start_s)):
+            if values:
+                out[f"{name}_p50_s"] = statistics.median(values)
+                out[f"{name}_max_s"] = max(values)
+        out["failed_resets"] = self.failed_resets
+        return out
+
+
+class _WorldSlots:
+    """The sandboxes of one world: idle ones in a queue, and how many exist (idle, busy or starting)."""
+
+    def __init__(self, size: int) -> None:
+        self.idle: asyncio.Queue[Sandbox] = asyncio.Queue()
+        self.capacity = asyncio.Semaphore(size)  # one permit per sandbox that may still be created
+        self.live: set[Sandbox] = set()
+
+
+class SandboxPool:
+    """Warm sandboxes for the worlds of ``provider`` (or only ``world_ids``), ``size_per_world`` each."""
+
+    def __init__(self, provider: SandboxProvider, size_per_world: int = 1, world_ids: Iterable[str] | None = None):
+        if size_per_world < 1:
+            raise ValueError(f"size_per_world must be at least 1, got {size_per_world}")
+        ids = list(world_ids) if world_ids is not None else list(provider.world_root_by_id)
+        for world_id in ids:
+            provider.pristine(world_id)  # an unknown id fails here, naming the known ones
+        self.provider = provider
+        self.size_per_world = size_per_world
+        self.stats = PoolStats()
+        self._slots = {world_id: _WorldSlots(size_per_world) for world_id in ids}
+        self._closed = False
+        REAPER.install()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start every sandbox of every world (concurrently), so the first acquires do not wait."""
+        jobs = [self._new(world_id) for world_id, slots in self._slots.items() for _ in range(self.size_per_world)]
+        for sandbox in await asyncio.gather(*jobs):
+            self._slots[sandbox.world_id].idle.put_nowait(sandbox)
+
+    @asynccontextmanager
+    async def acquire(self, world_id: str) -> AsyncIterator[Sandbox]:
+        """A pristine sandbox of ``world_id`` for the duration of the block; reset and returned to the pool after."""
+        if self._closed:
+            raise SandboxError("the sandbox pool is closed")
+        if world_id not in self._slots:
+            raise SandboxError(f"world {world_id!r} is not in this pool; it holds: {', '.join(sorted(self._slots))}")
+        waited = time.perf_counter()
+        sandbox = await self._take(world_id)
+        self.stats.acquire_wait_s.append(time.perf_counter() - waited)
+        try:
+            yield sandbox
+        finally:
+            await self._release(sandbox)
+
+    async def _take(self, world_id: str) -> Sandbox:
+        """An idle sandbox, a new one if the world has room, else the first one released."""
+        slots = self._slots[world_id]
+        if not slots.idle.empty():
+            return slots.idle.get_nowait()
+        if not slots.capacity.locked():
+            return await self._new(world_id)
+        return await slots.idle.get()
+
+    async def _new(self, world_id: str) -> Sandbox:
+        slots = self._slots[world_id]
+        await slots.capacity.acquire()
+        started = time.perf_counter()
+        try:
+            sandbox = await self.provider.start(world_id)
+        except BaseException:
+            slots.capacity.release()
+            raise
+        self.stats.start_s.append(time.perf_counter() - started)
+        slots.live.add(sandbox)
+        return sandbox
+
+    async def _release(self, sandbox: Sandbox) -> None:
+        slots = self._slots[sandbox.world_id]
+        if not self._closed:
+            started = time.perf_counter()
+            try:
+                await sandbox.reset()
+            except Exception as error:  # the sandbox cannot be trusted any more: replace it
+                self.stats.failed_resets += 1
+                log.warning("reset of %s failed (%s); replacing it", sandbox.world_root, error)
+            else:
+                self.stats.reset_s.append(time.perf_counter() - started)
+                slots.idle.put_nowait(sandbox)
+                return
+        await self._discard(slots, sandbox)
+
+    async def _discard(self, slots: _WorldSlots, sandbox: Sandbox) -> None:
+        slots.live.discard(sandbox)
+        try:
+            await sandbox.close()
+        finally:
+            slots.capacity.release()
+
+    async def close(self) -> None:
+        """Close every idle sandbox now; busy ones are closed as they are released."""
+        self._closed = True
+        for slots in self._slots.values():
+            idle = [slots.idle.get_nowait() for _ in range(slots.idle.qsize())]
+            await asyncio.gather(*(self._discard(slots, sandbox) for sandbox in idle))
