@@ -1,7 +1,9 @@
 """The ``recipe`` command line.
 
     recipe envs generate [--out data] [--seed 0]    write every world and the train/held-out task sets
-    recipe envs check    [--data data] [--seed 0]   run every oracle on a private world copy and grade it;
+    recipe envs check    [--data data] [--seed 0] [--transport python|inmemory|stdio]
+                                                    run every oracle on a private world copy and grade it (through
+                                                    the MCP gateway in pooled sandboxes with --transport stdio);
                                                     prints a table per domain and tier, then "oracle solved N/N"
 
 Heavy imports happen inside each command so ``recipe --help`` stays instant.
@@ -39,7 +41,7 @@ def _envs_check(args: argparse.Namespace) -> int:
     import time
 
     from envs.build import ensure_environment, load_tasks
-    from envs.check import check_oracles
+    from envs.check import OracleTransport, check_oracles
 
     data = Path(args.data)
     manifest = ensure_environment(data, seed=args.seed)
@@ -49,13 +51,15 @@ def _envs_check(args: argparse.Namespace) -> int:
         TextColumn("oracle"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         bar = progress.add_task("oracle", total=len(tasks))
-        results = check_oracles(tasks, data / "worlds", on_result=lambda _: progress.advance(bar))
+        results = check_oracles(
+            tasks, data / "worlds", on_result=lambda _: progress.advance(bar), transport=OracleTransport(args.transport)
+        )
     elapsed = time.perf_counter() - started
 
     cells: dict[tuple[str, str], list[bool]] = defaultdict(list)
     for result in results:
         cells[(result.domain, result.tier)].append(result.passed)
-    table = Table(title=f"oracle check ({len(manifest.world_ids)} worlds, {elapsed:.1f} s)")
+    table = Table(title=f"oracle check via {args.transport} ({len(manifest.world_ids)} worlds, {elapsed:.1f} s)")
     for column in ("domain", "tier", "solved", "tasks"):
         table.add_column(column)
     for (domain, tier), passed in sorted(cells.items()):
@@ -83,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = envs.add_parser("check", help="run and grade every oracle")
     check.add_argument("--data", default="data", help="data folder; generated when missing (default: data)")
     check.add_argument("--seed", type=int, default=0)
+    check.add_argument(
+        "--transport",
+        choices=["python", "inmemory", "stdio"],
+        default="python",
+        help="python: apps called directly; inmemory / stdio: through the MCP gateway (stdio in pooled sandboxes)",
+    )
     check.set_defaults(handler=_envs_check)
     return parser
 
