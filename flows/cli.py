@@ -1,99 +1,24 @@
-"""The ``recipe`` command line.
+"""The ``recipe`` command line: ``recipe <area> <command> [options]``; ``recipe <area> --help`` lists its commands.
 
-    recipe envs generate [--out data] [--seed 0]    write every world and the train/held-out task sets
-    recipe envs check    [--data data] [--seed 0] [--transport python|inmemory|stdio]
-                                                    run every oracle on a private world copy and grade it (through
-                                                    the MCP gateway in pooled sandboxes with --transport stdio);
-                                                    prints a table per domain and tier, then "oracle solved N/N"
-
-Heavy imports happen inside each command so ``recipe --help`` stays instant.
+Areas live in ``flows/commands/`` (one module each, with ``register(subparsers)``). Heavy imports happen inside each
+command so ``recipe --help`` stays instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import sys
-from collections import defaultdict
-from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-console = Console()
-
-
-def _envs_generate(args: argparse.Namespace) -> int:
-    from envs.build import build_environment
-
-    manifest = build_environment(Path(args.out), seed=args.seed)
-    table = Table(title=f"environment written to {args.out} in {manifest.generation_seconds:.2f} s")
-    for column in ("domain", "tier", "split", "tasks"):
-        table.add_column(column)
-    for key, count in manifest.task_counts.items():
-        table.add_row(*key.split("/"), str(count))
-    console.print(table)
-    console.print(f"worlds: {', '.join(manifest.world_ids)}; tasks: {sum(manifest.task_counts.values())}")
-    return 0
-
-
-def _envs_check(args: argparse.Namespace) -> int:
-    import time
-
-    from envs.build import ensure_environment, load_tasks
-    from envs.check import OracleTransport, check_oracles
-
-    data = Path(args.data)
-    manifest = ensure_environment(data, seed=args.seed)
-    tasks = load_tasks(data)
-    started = time.perf_counter()
-    with Progress(
-        TextColumn("oracle"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
-        bar = progress.add_task("oracle", total=len(tasks))
-        results = check_oracles(
-            tasks, data / "worlds", on_result=lambda _: progress.advance(bar), transport=OracleTransport(args.transport)
-        )
-    elapsed = time.perf_counter() - started
-
-    cells: dict[tuple[str, str], list[bool]] = defaultdict(list)
-    for result in results:
-        cells[(result.domain, result.tier)].append(result.passed)
-    table = Table(title=f"oracle check via {args.transport} ({len(manifest.world_ids)} worlds, {elapsed:.1f} s)")
-    for column in ("domain", "tier", "solved", "tasks"):
-        table.add_column(column)
-    for (domain, tier), passed in sorted(cells.items()):
-        table.add_row(domain, tier, str(sum(passed)), str(len(passed)))
-    console.print(table)
-    for failure in (r for r in results if not r.passed):
-        console.print(f"[red]FAILED[/red] {failure.task_id}: {failure.error}")
-    solved = sum(r.passed for r in results)
-    print(f"oracle solved {solved}/{len(results)}")
-    return 0 if solved == len(results) else 1
+from flows import commands as command_package
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="recipe", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-
-    envs = commands.add_parser("envs", help="worlds, tasks and oracle checks").add_subparsers(
-        dest="envs_command", required=True
-    )
-    generate = envs.add_parser("generate", help="write worlds and task sets")
-    generate.add_argument("--out", default="data", help="data folder (default: data)")
-    generate.add_argument("--seed", type=int, default=0)
-    generate.set_defaults(handler=_envs_generate)
-
-    check = envs.add_parser("check", help="run and grade every oracle")
-    check.add_argument("--data", default="data", help="data folder; generated when missing (default: data)")
-    check.add_argument("--seed", type=int, default=0)
-    check.add_argument(
-        "--transport",
-        choices=["python", "inmemory", "stdio"],
-        default="python",
-        help="python: apps called directly; inmemory / stdio: through the MCP gateway (stdio in pooled sandboxes)",
-    )
-    check.set_defaults(handler=_envs_check)
+    for module in sorted(pkgutil.iter_modules(command_package.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{command_package.__name__}.{module.name}").register(commands)
     return parser
 
 
