@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 .PHONY: install demo test test-slow bench lint clean
 
 $(STAMP): pyproject.toml Makefile
+	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
+	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
+		|| echo "warning: bubblewrap not installed; sandboxed code runs with resource limits only"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_PIN)"
@@ -19,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/recipe envs check
+	$(VENV)/bin/recipe envs check --transport stdio
 
 test: install
 	$(PY) -m pytest
