@@ -8,6 +8,7 @@ BENCHMARKS = [
     ["sandbox_pool.py", "--starts", "3", "--cycles", "30", "--calls", "100"],
     ["oracle_throughput.py", "--runs", "64", "--per-world", "4"],
     ["engine_decode.py"],
+    ["trainer_packing.py", "--repeats", "2"],
 ]
 
 if __name__ == "__main__":

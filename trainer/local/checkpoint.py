@@ -1,0 +1,165 @@
+"""Checkpoints of a ``LocalTrainer`` that resume exactly: same next-step loss and weights as a run never stopped.
+
+Layout of one checkpoint, ``<root>/step-<step:08d>/``:
+
+    policy/              HF folder written by ``save_policy`` (config, safetensors weights, tokenizer): servable
+                         by the engine and loadable with ``load_policy`` on its own
+    trainer_state.pt     AdamW state, LR-scheduler state, python / numpy / torch (and CUDA) RNG states
+    meta.json            step, data cursor, caller's extra, trainer config (for the audit trail)
+
+A checkpoint is written into a hidden sibling temp folder and renamed into place, so a reader (or a resume after a
+crash) never sees half of one; after the rename only the newest ``keep_last`` checkpoints are kept.
+
+    save_checkpoint("runs/x/checkpoints", trainer, step=5, data_cursor=80, tokenizer=tok)
+    info = load_checkpoint(latest_checkpoint("runs/x/checkpoints"), trainer)   # weights, optimizer, RNGs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import JsonValue
+from transformers import PreTrainedTokenizerBase
+
+from trainer.local.trainer import LocalTrainer
+from trainer.model import load_policy, save_policy
+
+POLICY_DIR = "policy"
+STATE_FILE = "trainer_state.pt"
+META_FILE = "meta.json"
+CHECKPOINT_NAME = re.compile(r"^step-(\d+)$")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """Where a checkpoint is and the bookkeeping the caller stored with it."""
+
+    path: Path
+    step: int
+    data_cursor: JsonValue
+    extra: dict[str, JsonValue]
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def list_checkpoints(root: str | os.PathLike[str]) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest step first (temp folders of unfinished saves are not listed)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := CHECKPOINT_NAME.match(p.name))]
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The newest complete checkpoint under ``root``, or None when there is none."""
+    checkpoints = list_checkpoints(root)
+    return checkpoints[-1] if checkpoints else None
+
+
+def save_checkpoint(
+    root: str | os.PathLike[str],
+    trainer: LocalTrainer,
+    step: int,
+    data_cursor: JsonValue,
+    extra: dict[str, JsonValue] | None = None,
+    *,
+    tokenizer: PreTrainedTokenizerBase,
+    keep_last: int = 3,
+) -> Path:
+    """Write ``<root>/step-<step>/`` atomically, then delete all but the newest ``keep_last`` checkpoints.
+
+    ``data_cursor`` (where the data stream resumes) and ``extra`` must be JSON values. Returns the checkpoint path.
+    """
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be ≥ 1, got {keep_last}")
+    if step < 0:
+        raise ValueError(f"step must be ≥ 0, got {step}")
+    meta = {
+        "step": step,
+        "data_cursor": data_cursor,
+        "extra": extra or {},
+        "trainer_config": trainer.config.model_dump(mode="json"),
+    }
+    try:
+        meta_text = json.dumps(meta, indent=2)
+    except TypeError as error:
+        raise ValueError(f"data_cursor and extra must be JSON values: {error}") from None
+
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / checkpoint_name(step)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}-"))
+    try:
+        save_policy(trainer.model, tokenizer, tmp / POLICY_DIR)
+        state = {
+            "optimizer": trainer.optimizer.state_dict(),
+            "scheduler": trainer.scheduler.state_dict(),
+            "rng": _rng_states(),
+        }
+        torch.save(state, tmp / STATE_FILE)
+        (tmp / META_FILE).write_text(meta_text)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(old)
+    return target
+
+
+def load_checkpoint(path: str | os.PathLike[str], trainer: LocalTrainer) -> CheckpointInfo:
+    """Restore weights, optimizer, scheduler, RNG states and step count of ``trainer`` from checkpoint ``path``.
+
+    ``trainer`` must have been built with a model of the same architecture and the same parameter order (e.g.
+    ``LocalTrainer(load_policy(path / "policy")[0], config)``).
+    """
+    path = Path(path)
+    missing = [name for name in (POLICY_DIR, STATE_FILE, META_FILE) if not (path / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{path} is not a complete checkpoint: it lacks {missing}")
+    meta = json.loads((path / META_FILE).read_text())
+    saved_model, _ = load_policy(path / POLICY_DIR, dtype=trainer.model.dtype)
+    with torch.no_grad():
+        trainer.model.load_state_dict(saved_model.state_dict())
+    state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    _restore_rng_states(state["rng"])
+    trainer.step = int(meta["step"])
+    return CheckpointInfo(path=path, step=trainer.step, data_cursor=meta["data_cursor"], extra=meta["extra"])
+
+
+def _rng_states() -> dict[str, Any]:
+    """Every global RNG, in types ``torch.load(weights_only=True)`` accepts (numpy's key array becomes a tensor)."""
+    kind, key, position, has_gauss, cached_gaussian = np.random.get_state()
+    states: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(key.astype(np.int64)), position, has_gauss, cached_gaussian),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _restore_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    kind, key, position, has_gauss, cached_gaussian = states["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), position, has_gauss, cached_gaussian))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
