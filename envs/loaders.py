@@ -304,7 +304,8 @@ def load_harbor(task_dir: Path) -> TaskSpec:
     agent_timeout = config.agent.timeout_sec
     oracle = None
     if solution.is_file():
-        args: dict[str, Any] = {"command": _read_text(solution)}
+        # Oracle arguments are ${name} templates (envs.oracle.substitute): the shell's own "$" must be escaped.
+        args: dict[str, Any] = {"command": _read_text(solution).replace("$", "$$")}
         if agent_timeout is not None:
             args["timeout_s"] = agent_timeout
         oracle = Oracle(steps=[OracleStep(tool="code_exec.run_bash", args=args)])

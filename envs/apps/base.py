@@ -269,19 +269,19 @@ def call_tool(world: World, name: str, args: dict[str, Any]) -> str:
     try:
         validated = spec.arguments.model_validate(args)
     except ValidationError as error:
-        raise ToolError(f"{name}: {_describe(error, spec.arguments)}") from error
+        raise ToolError(f"{name}: {describe_validation_error(error, spec.arguments)}") from error
     kwargs = {field: getattr(validated, field) for field in spec.arguments.model_fields}
     try:
         return spec.fn(world, **kwargs)
     except PathEscapeError as error:
         raise ToolError(f"{name}: {error}") from error
     except ValidationError as error:
-        raise ToolError(f"{name}: {_describe(error)}") from error
+        raise ToolError(f"{name}: {describe_validation_error(error)}") from error
     except OSError as error:
         raise ToolError(f"{name}: {_describe_os_error(world, error)}") from error
 
 
-def _describe(error: ValidationError, model: type[BaseModel] | None = None) -> str:
+def describe_validation_error(error: ValidationError, model: type[BaseModel] | None = None) -> str:
     """One phrase per bad argument: "missing argument 'cell'", "argument 'to' item 0: Input should be ...".
 
     A value that fits no member of a union argument yields one error per member; those collapse into "argument 'value'

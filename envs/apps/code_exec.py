@@ -125,7 +125,7 @@ def run_limited(
     return ExecResult(exit_code, stdout, stderr, timed_out, time.monotonic() - started, wall_s)
 
 
-def _env() -> dict[str, str]:
+def exec_env() -> dict[str, str]:
     """The parent's environment, with this interpreter's folder first on PATH so ``python`` has our packages."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
@@ -160,7 +160,7 @@ def run_python(world: World, code: str, timeout_s: Timeout = 30) -> str:
     Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes).
     """
     _check_size(code, "code")
-    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, _env()).render(timeout_s)
+    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, exec_env()).render(timeout_s)
 
 
 @tool(APP)
@@ -176,4 +176,4 @@ def run_bash(world: World, command: str, timeout_s: Timeout = 30) -> str:
     """
     _check_size(command, "command")
     bash = shutil.which("bash") or "/bin/bash"
-    return run_limited([bash, "-c", command], _cwd(world), timeout_s, _env()).render(timeout_s)
+    return run_limited([bash, "-c", command], _cwd(world), timeout_s, exec_env()).render(timeout_s)

@@ -368,3 +368,19 @@ def test_harbor_dir_loads_sorted_and_one_bad_folder_loads_nothing(tmp_path: Path
 def test_harbor_dir_without_tasks(tmp_path: Path) -> None:
     with pytest.raises(TaskLoadError, match="holds no task folders"):
         load_harbor_dir(tmp_path)
+
+
+def test_harbor_oracle_keeps_the_shell_dollar_signs(tmp_path):
+    """The oracle's arguments are ${name} templates: solve.sh's own "$VAR" must come out of substitution intact."""
+    from envs.loaders import load_harbor
+    from envs.oracle import substitute
+
+    task_dir = tmp_path / "dollar-task"
+    (task_dir / "tests").mkdir(parents=True)
+    (task_dir / "solution").mkdir()
+    (task_dir / "instruction.md").write_text("Print HOME.")
+    (task_dir / "task.toml").write_text("")
+    (task_dir / "tests" / "test.sh").write_text("true\n")
+    (task_dir / "solution" / "solve.sh").write_text('echo "$HOME" ${USER:-me}\n')
+    step = load_harbor(task_dir).oracle.steps[0]
+    assert substitute(step.args, {})["command"] == 'echo "$HOME" ${USER:-me}\n'

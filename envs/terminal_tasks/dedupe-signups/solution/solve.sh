@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+tr 'A-Z' 'a-z' < signups.txt | awk '!seen[$0]++' > unique_emails.txt

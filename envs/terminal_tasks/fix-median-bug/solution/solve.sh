@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+sed -i 's/(ordered\[middle\] + ordered\[middle + 1\])/(ordered[middle - 1] + ordered[middle])/' stats.py

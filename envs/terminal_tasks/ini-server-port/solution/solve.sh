@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+sed -i '/^\[server\]/,/^\[/ s/^port = 8080$/port = 9090/' service.ini

@@ -1,0 +1,273 @@
+"""The eval runner against a scripted-policy HTTP engine, MCP harness with in-process apps (``local_envs``).
+
+The engine (a copy of the pattern in ``tests/envs/harness/conftest.py``) replies by turn, read from the prompt; a model
+can be told to answer HTTP 500 to its first N requests, which makes the harness report a retryable infra failure.
+Tasks: 2 that the script solves (expected 412.5, read from notes/q1.txt) and 2 it fails (expected 7), 2 passes each.
+"""
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from envs.loaders import save_jsonl
+from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Tier
+from evals.runner import (
+    RESULT_FILE,
+    TRAJECTORIES_FILE,
+    TRIALS_FILE,
+    EngineSpec,
+    EvalSpec,
+    HarnessOverrides,
+    McpBackend,
+    SourceKind,
+    TaskSource,
+    load_eval,
+    read_trials,
+    run_eval,
+)
+from trainer.tokenizer import save_tokenizer, train_tokenizer
+
+READ_Q1 = '<tool_call>\n{"name": "filesystem_read_file", "arguments": {"path": "notes/q1.txt"}}\n</tool_call>'
+SOLVER = [READ_Q1, "The answer is 412.5"]
+
+
+@dataclass
+class Engine:
+    tokenizer: object
+    url: str = ""
+    scripts: dict[str, list[str]] = field(default_factory=dict)
+    fail_first: dict[str, int] = field(default_factory=dict)  # model → requests still to answer with HTTP 500
+    requests: list[dict] = field(default_factory=list)
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+        tok = self.tokenizer
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> JSONResponse:
+            body = await request.json()
+            self.requests.append(body)
+            model = body["model"]
+            if self.fail_first.get(model, 0) > 0:
+                self.fail_first[model] -= 1
+                return JSONResponse({"error": {"message": "scripted failure"}}, 500)
+            script = self.scripts[model]
+            turn = tok.decode(body["prompt"], skip_special_tokens=False).count("<|im_start|>assistant") - 1
+            ids = [*tok.encode(script[min(turn, len(script) - 1)], add_special_tokens=False), tok.eos_token_id]
+            ids = ids[: body["max_tokens"]]
+            choice = {
+                "token_ids": ids,
+                "logprobs": {"token_logprobs": [-0.1] * len(ids)},
+                "finish_reason": "stop" if ids[-1] == tok.eos_token_id else "length",
+            }
+            return JSONResponse({"choices": [choice]})
+
+        return app
+
+
+def _serve(app: FastAPI) -> tuple[str, uvicorn.Server, threading.Thread]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the test engine did not start within 10 s"
+        time.sleep(0.02)
+    return f"http://127.0.0.1:{port}", server, thread
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    corpus = [f"{READ_Q1} revenue was {i * 37 % 900} million; the answer is {i}.5" for i in range(200)]
+    return save_tokenizer(train_tokenizer(corpus, vocab_size=600), tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    state = Engine(AutoTokenizer.from_pretrained(tokenizer_dir))
+    state.url, server, thread = _serve(state.app())
+    yield state
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def task_file(tmp_path) -> Path:
+    world = tmp_path / "worlds" / "w"
+    (world / "filesystem" / "notes").mkdir(parents=True)
+    (world / "apps_data").mkdir()
+    (world / "filesystem" / "notes" / "q1.txt").write_text("Q1 revenue: 412.5 million\n")
+    tasks = [
+        TaskSpec(
+            task_id=f"t-{i}",
+            world_id="w",
+            domain=Domain.INVESTMENT_BANKING if i < 2 else Domain.CORPORATE_LAW,
+            tier=Tier.TOY if i % 2 == 0 else Tier.STANDARD,
+            prompt=f"Question {i}: what was Q1 revenue?",
+            rubric=[AnswerNumeric(expected=412.5 if i in (0, 2) else 7.0)],
+        )
+        for i in range(4)
+    ]
+    save_jsonl(tasks, tmp_path / "tasks.jsonl")
+    return tmp_path / "tasks.jsonl"
+
+
+def _spec(task_file: Path, engine: Engine, tokenizer_dir: Path, model: str, out: Path, **extra) -> EvalSpec:
+    fields = {
+        "tasks": TaskSource(kind=SourceKind.JSONL, path=task_file, worlds=task_file.parent / "worlds"),
+        "harness": "mcp",
+        "mcp_backend": McpBackend.IN_PROCESS,
+        "engine": EngineSpec(base_url=engine.url, model=model, tokenizer=str(tokenizer_dir), timeout_s=10),
+        "passes": 2,
+        "concurrency": 4,
+        "harness_config": HarnessOverrides(max_turns=4, max_tokens_per_turn=200, context_budget_tokens=40_000),
+        "out_dir": out,
+    }
+    return EvalSpec(**(fields | extra))
+
+
+def test_run_writes_trials_trajectories_and_summary(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["solver"] = SOLVER
+    seen = []
+    result = run_eval(_spec(task_file, engine, tokenizer_dir, "solver", tmp_path / "out"), progress=seen.append)
+
+    # t-0 and t-2 expect 412.5 (solved every pass), t-1 and t-3 expect 7: Pass@1 = 2/4 in both passes.
+    assert result.summary.n_tasks == 4 and result.summary.n_passes == 2
+    assert result.summary.pass_at_1.mean == 0.5 and result.summary.pass_at_1.std == 0.0
+    assert result.summary.by_domain["investment_banking"].pass_at_1.mean == 0.5
+    assert result.summary.by_tier["toy"].pass_at_1.mean == 1.0  # t-0, t-2
+    assert result.summary.by_tier["standard"].pass_at_1.mean == 0.0  # t-1, t-3
+    assert [p.done for p in seen] == [0, 1, 2, 3, 4, 5, 6, 7, 8] and seen[-1].total == 8
+
+    trials = read_trials(tmp_path / "out" / TRIALS_FILE)
+    assert sorted(t.key for t in trials) == [(f"t-{i}", p) for i in range(4) for p in range(2)]
+    first = next(t for t in trials if t.key == ("t-0", 0))
+    assert (first.passed, first.reward, first.stop_reason, first.turns, first.attempts) == (
+        True,
+        1.0,
+        StopReason.STOP,
+        2,
+        1,
+    )
+    assert first.tool_calls == 1 and first.tool_calls_by_tool == {"filesystem_read_file": 1}
+    assert first.total_tokens > first.prompt_tokens > 0 and first.completion_tokens > 0
+
+    trajectory_lines = (tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()
+    assert len(trajectory_lines) == 8
+    assert json.loads(trajectory_lines[0])["trajectory"]["tokens"]  # full token lists live here, not in trials
+
+    on_disk = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
+    assert on_disk["summary"]["pass_at_1"]["mean"] == 0.5 and "trials" not in on_disk
+    assert load_eval(tmp_path / "out").trials == result.trials
+
+
+def test_resume_runs_only_the_unfinished_trials(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["resumer"] = SOLVER
+    spec = _spec(task_file, engine, tokenizer_dir, "resumer", tmp_path / "out")
+
+    def kill_after_three(progress):
+        if progress.done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises((KeyboardInterrupt, BaseExceptionGroup)):
+        run_eval(spec, progress=kill_after_three)
+    finished = read_trials(tmp_path / "out" / TRIALS_FILE)
+    assert len(finished) == 3
+    with (tmp_path / "out" / TRIALS_FILE).open("a") as handle:
+        handle.write('{"task_id": "t-3", "pass_in')  # a line cut short by the kill
+    assert not (tmp_path / "out" / RESULT_FILE).exists()
+
+    before = len(engine.requests)
+    result = run_eval(spec)
+    assert (result.timings.trials_resumed, result.timings.trials_run) == (3, 5)
+    assert len(engine.requests) - before == 5 * 2  # two engine turns per remaining trial, none for finished ones
+    trials = read_trials(tmp_path / "out" / TRIALS_FILE)
+    assert sorted(t.key for t in trials) == [(f"t-{i}", p) for i in range(4) for p in range(2)]
+    assert len((tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()) == 8
+    assert result.summary.pass_at_1.mean == 0.5
+
+    again = run_eval(spec)  # everything finished: nothing runs, the summary is rebuilt from the log
+    assert (again.timings.trials_run, again.summary) == (0, result.summary)
+
+
+def test_a_different_spec_refuses_the_folder(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["solver"] = SOLVER
+    run_eval(_spec(task_file, engine, tokenizer_dir, "solver", tmp_path / "out"))
+    with pytest.raises(ValueError, match="different spec"):
+        run_eval(_spec(task_file, engine, tokenizer_dir, "other-model", tmp_path / "out"))
+
+
+def test_infra_failures_are_retried_then_recorded(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["flaky"] = SOLVER
+    engine.fail_first["flaky"] = 1  # the first request of the run fails: that trial succeeds on its second attempt
+    flaky = run_eval(_spec(task_file, engine, tokenizer_dir, "flaky", tmp_path / "flaky", concurrency=1))
+    assert sorted(t.attempts for t in flaky.trials) == [1] * 7 + [2]
+    assert flaky.summary.pass_at_1.mean == 0.5 and flaky.counts["error_class"] == {"none": 8}
+
+    engine.scripts["down"] = SOLVER
+    engine.fail_first["down"] = 10**6
+    down = run_eval(_spec(task_file, engine, tokenizer_dir, "down", tmp_path / "down", infra_retries=2))
+    assert {(t.attempts, t.error_class, t.passed, t.reward) for t in down.trials} == {
+        (3, ErrorClass.RETRYABLE_INFRA, False, 0.0)
+    }
+    assert down.counts["error_class"] == {"retryable_infra": 8}
+    assert down.summary.pass_at_1.mean == 0.0
+
+
+def test_bad_sources_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="needs a path"):
+        TaskSource(kind=SourceKind.JSONL)
+    (tmp_path / "tasks.jsonl").write_text("")
+    source = TaskSource(kind=SourceKind.JSONL, path=tmp_path / "tasks.jsonl")
+    with pytest.raises(ValueError, match="holds no tasks"):
+        source.load()
+
+
+def test_cli_run_resume_and_report(engine, tokenizer_dir, task_file, tmp_path, capsys):
+    from flows.cli import main
+
+    engine.scripts["solver"] = SOLVER
+    engine.scripts["silent"] = ["I do not know."]
+    for model in ("solver", "silent"):
+        argv = ["eval", "run", "--tasks", str(task_file), "--worlds", str(task_file.parent / "worlds")]
+        argv += ["--engine-url", engine.url, "--model", model, "--tokenizer", str(tokenizer_dir), "--passes", "2"]
+        argv += ["--out", str(tmp_path / model), "--mcp-backend", "in_process", "--max-turns", "3"]
+        argv += ["--context-budget", "40000", "--max-tokens-per-turn", "200"]
+        assert main(argv) == 0
+    assert "Pass@1 0.500 ± 0.000" in capsys.readouterr().out
+    assert main(["eval", "report", str(tmp_path / "solver"), "--baseline", str(tmp_path / "silent")]) == 0
+    text = (tmp_path / "solver" / "report" / "report.md").read_text()
+    assert "| silent | 4 | 2 | 0.000 ± 0.000 | 0.000 ± 0.000 | 0.000 (k=2) |" in text
+    assert "| solver | Pass@1 | 0.000 | 0.500 | +0.500 |" in text
+
+
+def test_code_only_and_terminal_harnesses_come_from_the_registry(engine, tokenizer_dir, task_file, tmp_path):
+    # Code-only tools have no filesystem_read_file: the call fails, the scripted answer still grades the same.
+    engine.scripts["solver"] = SOLVER
+    code_only = run_eval(_spec(task_file, engine, tokenizer_dir, "solver", tmp_path / "code", harness="code_only"))
+    assert code_only.summary.pass_at_1.mean == 0.5
+    assert {t.harness for t in code_only.trials} == {"code_only"}
+    assert all(t.tool_errors == 1 for t in code_only.trials)
+
+    # A policy that answers at once leaves the terminal tasks undone: their verifiers give reward 0.
+    engine.scripts["idle"] = ["Done."]
+    spec = _spec(task_file, engine, tokenizer_dir, "idle", tmp_path / "terminal", harness="terminal", passes=1)
+    spec = spec.model_copy(update={"tasks": TaskSource(kind=SourceKind.BUNDLED_TERMINAL, limit=2)})
+    terminal = run_eval(spec)
+    assert terminal.summary.n_tasks == 2 and terminal.summary.pass_at_1.mean == 0.0
+    assert {(t.harness, t.domain, t.stop_reason, t.error_class) for t in terminal.trials} == {
+        ("terminal", "terminal", StopReason.STOP, None)
+    }
