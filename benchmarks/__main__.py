@@ -9,6 +9,7 @@ BENCHMARKS = [
     ["oracle_throughput.py", "--runs", "64", "--per-world", "4"],
     ["engine_decode.py"],
     ["trainer_packing.py", "--repeats", "2"],
+    ["rollouts_e2e.py"],
 ]
 
 if __name__ == "__main__":

@@ -1,84 +1,165 @@
-"""Decode throughput: our local engine vs transformers `generate` on the same tiny Qwen3, batch and lengths.
+"""Decode throughput: our local engine vs transformers `generate` on the same tiny Qwen3, batches and lengths.
 
-Both decode greedily with EOS ignored, so each produces exactly batch × new_tokens tokens; the timings include the
-prefill of the prompts. Tokens/s = batch × new_tokens / wall seconds, best of `--repeats` runs after one warm-up.
-It also reports the share of requests whose greedy tokens agree between the two (a sanity check, not a timing).
+Static scenario: per batch size, both decode greedily with EOS ignored (HF: `generate`, use_cache=True, its own KV
+cache), so each produces exactly batch × new_tokens tokens; timings include the prefill. Tokens/s = batch ×
+new_tokens / wall seconds, best of `--repeats` runs after one warm-up, the two engines' runs interleaved so that load
+from other processes hits both alike. Also prints the share of requests whose greedy tokens agree.
 
-    .venv/bin/python benchmarks/engine_decode.py --batch 8 --prompt-len 64 --new-tokens 128
+Serving scenario: `--requests` greedy requests with prompt and output lengths drawn uniformly from
+[`--min-len`, `--max-len`] arrive at exponential gaps (mean `--gap-ms`). Ours: each is submitted at its arrival time
+and joins the running batch (continuous batching, `--slots` KV slots). HF: static padded batches of `--slots`
+requests in arrival order; a batch starts when its last request has arrived and the previous batch is done, left-pads
+its prompts and generates the batch's longest output length. Throughput = requested output tokens / makespan.
+
+    .venv/bin/python benchmarks/engine_decode.py --batch 1 8 32 --prompt-len 64 --new-tokens 128
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.model import TinyModelSpec, build_tiny_model
 
 
-def best_seconds(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
-    fn()  # warm-up: allocator, KV pool growth, kernel selection
-    timings, result = [], None
+@dataclass(frozen=True)
+class Request:
+    arrival_s: float
+    prompt: list[int]
+    new_tokens: int
+
+
+def interleaved_best(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, object]]:
+    """Best wall seconds (and last result) per function; one warm-up each, then the functions alternate."""
+    for fn in fns.values():
+        fn()  # warm-up: allocator, KV pool growth, kernel selection
+    best: dict[str, tuple[float, object]] = {}
     for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            result = fn()
+            seconds = time.perf_counter() - start
+            if name not in best or seconds < best[name][0]:
+                best[name] = (seconds, result)
+    return best
+
+
+def hf_greedy(model: Qwen3ForCausalLM, prompts_BP: torch.Tensor, mask_BP: torch.Tensor, n: int) -> list[list[int]]:
+    with torch.inference_mode():
+        out = model.generate(
+            prompts_BP, attention_mask=mask_BP, max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True
+        )
+    return out[:, prompts_BP.shape[1] :].tolist()
+
+
+def static_scenario(model: Qwen3ForCausalLM, batch: int, args: argparse.Namespace) -> None:
+    prompts_BP = torch.randint(2, args.vocab, (batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
+    params = SamplingParams(temperature=0.0, max_tokens=args.new_tokens, ignore_eos=True)
+    with Engine(model, config=EngineConfig(max_num_seqs=batch, torch_threads=args.threads)) as engine:
+
+        def ours() -> list[list[int]]:
+            async def run() -> list[list[int]]:
+                done = await asyncio.gather(*(engine.generate(p, params) for p in prompts_BP.tolist()))
+                return [c.token_ids_T for c in done]
+
+            return asyncio.run(run())
+
+        def hf() -> list[list[int]]:
+            return hf_greedy(model, prompts_BP, torch.ones_like(prompts_BP), args.new_tokens)
+
+        best = interleaved_best({"local engine": ours, "hf generate": hf}, args.repeats)
+    (ours_s, ours_ids), (hf_s, hf_ids) = best["local engine"], best["hf generate"]
+    n_tokens = batch * args.new_tokens
+    agree = sum(a == b for a, b in zip(ours_ids, hf_ids, strict=True)) / batch
+    print(
+        f"batch {batch:>3}: local {n_tokens / ours_s:>8.0f} tok/s ({ours_s:.3f} s)  hf {n_tokens / hf_s:>8.0f} tok/s "
+        f"({hf_s:.3f} s)  speed-up {hf_s / ours_s:5.2f}x  greedy agreement {agree:.0%}"
+    )
+
+
+def make_requests(args: argparse.Namespace) -> list[Request]:
+    rng = random.Random(1)
+    clock, requests = 0.0, []
+    for _ in range(args.requests):
+        clock += rng.expovariate(1000.0 / args.gap_ms)
+        prompt = [rng.randrange(2, args.vocab) for _ in range(rng.randint(args.min_len, args.max_len))]
+        requests.append(Request(clock, prompt, rng.randint(args.min_len, args.max_len)))
+    return requests
+
+
+def serve_ours(model: Qwen3ForCausalLM, requests: list[Request], args: argparse.Namespace) -> float:
+    """Makespan in seconds with every request submitted at its arrival time."""
+    with Engine(model, config=EngineConfig(max_num_seqs=args.slots, torch_threads=args.threads)) as engine:
+
+        async def one(req: Request, t0: float) -> None:
+            await asyncio.sleep(max(0.0, t0 + req.arrival_s - time.perf_counter()))
+            params = SamplingParams(temperature=0.0, max_tokens=req.new_tokens, ignore_eos=True)
+            await engine.generate(req.prompt, params)
+
+        async def run() -> float:
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(r, t0) for r in requests))
+            return time.perf_counter() - t0
+
+        asyncio.run(run())  # warm-up
+        return asyncio.run(run())
+
+
+def serve_hf_static(model: Qwen3ForCausalLM, requests: list[Request], args: argparse.Namespace) -> float:
+    """Makespan on a virtual clock: batch i starts at max(end of batch i-1, arrival of its last request)."""
+    clock = 0.0
+    for i in range(0, len(requests), args.slots):
+        group = requests[i : i + args.slots]
+        width = max(len(r.prompt) for r in group)
+        prompts_BP = torch.tensor([[0] * (width - len(r.prompt)) + r.prompt for r in group])
+        mask_BP = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in group])
         start = time.perf_counter()
-        result = fn()
-        timings.append(time.perf_counter() - start)
-    return min(timings), result
+        hf_greedy(model, prompts_BP, mask_BP, max(r.new_tokens for r in group))
+        clock = max(clock, group[-1].arrival_s) + time.perf_counter() - start
+    return clock
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, for both")
+    parser.add_argument("--requests", type=int, default=64, help="serving scenario: requests (0: skip it)")
+    parser.add_argument("--slots", type=int, default=16, help="serving: our KV slots = HF's static batch size")
+    parser.add_argument("--min-len", type=int, default=16)
+    parser.add_argument("--max-len", type=int, default=128)
+    parser.add_argument("--gap-ms", type=float, default=10.0, help="serving: mean gap between arrivals")
     args = parser.parse_args()
 
+    torch.set_num_threads(args.threads)  # process-wide; the engine's worker sets the same
     spec = TinyModelSpec()
     model = build_tiny_model(spec, args.vocab, {"<|endoftext|>": 0, "<|im_end|>": 1})
-    prompts_BP = torch.randint(2, args.vocab, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
-    params = SamplingParams(temperature=0.0, max_tokens=args.new_tokens, ignore_eos=True)
-
-    def hf() -> list[list[int]]:
-        with torch.inference_mode():
-            out = model.generate(
-                prompts_BP,
-                attention_mask=torch.ones_like(prompts_BP),
-                max_new_tokens=args.new_tokens,
-                min_new_tokens=args.new_tokens,
-                do_sample=False,
-            )
-        return out[:, args.prompt_len :].tolist()
-
-    with Engine(model, config=EngineConfig(max_num_seqs=args.batch, torch_threads=args.threads)) as engine:
-
-        def ours() -> list[list[int]]:
-            async def batch() -> list[list[int]]:
-                done = await asyncio.gather(*(engine.generate(p, params) for p in prompts_BP.tolist()))
-                return [c.token_ids_T for c in done]
-
-            return asyncio.run(batch())
-
-        ours_s, ours_ids = best_seconds(ours, args.repeats)
-    torch.set_num_threads(args.threads)  # the engine's worker set it process-wide; say so explicitly for HF
-    hf_s, hf_ids = best_seconds(hf, args.repeats)
-
-    n_tokens = args.batch * args.new_tokens
-    agree = sum(a == b for a, b in zip(ours_ids, hf_ids, strict=True)) / args.batch
     print(
-        f"model: {spec.layers} layers, hidden {spec.hidden}, vocab {args.vocab}; batch {args.batch}, "
-        f"prompt {args.prompt_len}, new tokens {args.new_tokens}, threads {args.threads}"
+        f"model: {spec.layers} layers, hidden {spec.hidden}, vocab {args.vocab}; prompt {args.prompt_len}, "
+        f"new tokens {args.new_tokens}, threads {args.threads}; hf generate with use_cache=True"
     )
-    print(f"{'engine':<14}{'seconds':>10}{'tokens/s':>12}")
-    print(f"{'local engine':<14}{ours_s:>10.3f}{n_tokens / ours_s:>12.0f}")
-    print(f"{'hf generate':<14}{hf_s:>10.3f}{n_tokens / hf_s:>12.0f}")
-    print(f"speed-up (local / hf): {hf_s / ours_s:.2f}x; greedy agreement: {agree:.0%} of requests")
+    for batch in args.batch:
+        static_scenario(model, batch, args)
+    if args.requests:
+        requests = make_requests(args)
+        n_tokens = sum(r.new_tokens for r in requests)
+        ours_s, hf_s = serve_ours(model, requests, args), serve_hf_static(model, requests, args)
+        print(
+            f"serving {args.requests} requests (lengths {args.min_len}-{args.max_len}, mean gap {args.gap_ms} ms, "
+            f"{args.slots} slots): local continuous batching {n_tokens / ours_s:.0f} tok/s ({ours_s:.2f} s)  "
+            f"hf static padded batches {n_tokens / hf_s:.0f} tok/s ({hf_s:.2f} s)  speed-up {hf_s / ours_s:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ import torch
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
-from trainer.engine.sampling import top_p_filter
+from trainer.engine.forward import KVPool, ModelWeights
+from trainer.engine.sampling import inverse_cdf_sample, top_p_filter
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
 from trainer.tokenizer import special_token_ids
 
@@ -263,3 +264,22 @@ def test_pause_abort_and_cancel_free_their_slots(engine, prompts):
     aborted = run(scenario())
     assert aborted.finish_reason is FinishReason.abort and len(aborted.token_ids_T) < 500
     assert engine._pool.n_free == 4
+
+
+def test_inverse_cdf_sample_by_hand():
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 2.0]])
+    # row 0 cdf: 0.1, 0.1, 0.7, 1.0 → u=0.05 → 0, u=0.1 → 2 (the zero-mass token 1 is skipped), u=0.95 → 3.
+    assert inverse_cdf_sample(probs[[0, 0, 0]], torch.tensor([0.05, 0.1, 0.95])).tolist() == [0, 2, 3]
+    # unnormalised row: cdf 0, 0, 0, 2 → any u picks token 3.
+    assert inverse_cdf_sample(probs[[1]], torch.tensor([0.0])).tolist() == [3]
+    # u = 1 (as rounding can produce): capped at the last token with mass, never the zero-mass tail.
+    assert inverse_cdf_sample(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([1.0])).tolist() == [1]
+
+
+def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):
+    model, _ = policy
+    pool = KVPool(ModelWeights.from_hf(model, 32), n_slots=3, initial_capacity=4)
+    assert [pool.allocate() for _ in range(3)] == [0, 1, 2] and pool.n_free == 0
+    pool.k[:, 2] = 7.0
+    assert pool.release(0) == 2 and torch.all(pool.k[:, 0] == 7.0)  # slot 2's sequence now lives in slot 0
+    assert pool.release(1) is None and pool.n_free == 2 and pool.allocate() == 1

@@ -12,6 +12,9 @@ weights and `pause()` returns only once no further token will be produced:
     completion = await engine.generate(prompt_ids, SamplingParams(temperature=1.0, seed=0, max_tokens=64))
     engine.pause(PauseMode.keep); engine.update_weights("runs/x/policy/step-3"); engine.resume()
 
+Running requests fill KV slots 0 .. n-1 in `_running` order (a finished request's slot is refilled by the last
+one), so a decode step is one forward over a contiguous block of the cache and one batched sampling call.
+
 Simplifications against vLLM: no prefix caching (every request prefills its whole prompt), no chunked prefill, no
 preemption (a request holds its KV slot until it finishes; `max_num_seqs` bounds the running batch).
 """
@@ -37,10 +40,11 @@ from torch import Tensor
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from trainer.engine.forward import KVPool, ModelWeights, forward
-from trainer.engine.sampling import sample_token
+from trainer.engine.sampling import sample_batch
 from trainer.engine.types import Completion, EngineRequestError, FinishReason, PauseMode, SamplingParams
 
 _T = TypeVar("_T")
+_UNIFORM_BLOCK = 64
 
 
 class EngineConfig(BaseModel):
@@ -75,10 +79,18 @@ class _Sequence:
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     version_start: int = -1
     cancelled: bool = False
+    uniforms: list[float] = field(default_factory=list)  # pre-drawn from `generator`, consumed from the end
+
+    def next_uniform(self) -> float:
+        """The request's next U[0, 1) draw; drawing a block at a time keeps the generator off the per-step path."""
+        if not self.uniforms:
+            self.uniforms = torch.rand(_UNIFORM_BLOCK, generator=self.generator, dtype=torch.float64).tolist()[::-1]
+        return self.uniforms.pop()
 
 
 class Engine:
-    """Continuous-batching Qwen3 engine over an HF `Qwen3ForCausalLM` (weights shared by reference)."""
+    """Continuous-batching Qwen3 engine over an HF `Qwen3ForCausalLM`; change its weights via `update_weights`
+    (the forward holds fused copies of some of them, see forward.py)."""
 
     def __init__(
         self,
@@ -89,10 +101,10 @@ class Engine:
         self.config = config or EngineConfig()
         self.tokenizer = tokenizer
         self._model = model.eval()
-        self._weights = ModelWeights.from_hf(model)
         self.vocab_size: int = model.config.vocab_size
         max_position = model.config.max_position_embeddings
         self.max_model_len = min(self.config.max_model_len or max_position, max_position)
+        self._weights = ModelWeights.from_hf(model, self.max_model_len)
         eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._pool = KVPool(self._weights, self.config.max_num_seqs, self.config.kv_initial_capacity)
@@ -298,19 +310,29 @@ class Engine:
         logits_BV = forward(
             self._weights,
             self._pool,
-            torch.tensor([s.slot for s in seqs], device=device),
+            seqs[0].slot,
             torch.tensor(tokens, device=device),
             torch.tensor(start, device=device),
             torch.tensor(last, device=device),
         )
         # Sampling runs on the CPU so each request's seeded torch.Generator gives the same draws on any device.
-        for seq, logits_V in zip(seqs, logits_BV.cpu(), strict=True):
-            token, logprob, top = sample_token(logits_V, seq.params, seq.generator)
+        params = [s.params for s in seqs]
+        out = sample_batch(
+            logits_BV.cpu(),
+            [p.temperature for p in params],
+            [p.top_p for p in params],
+            [s.next_uniform() if p.temperature > 0.0 else 0.0 for s, p in zip(seqs, params, strict=True)],
+            max(p.logprobs for p in params),
+        )
+        for b, seq in enumerate(seqs):
+            token, k = out.tokens_B[b], seq.params.logprobs
             if not seq.token_ids:
                 seq.version_start = self._version
             seq.token_ids.append(token)
-            seq.logprobs.append(logprob)
-            seq.top_logprobs.append(top)
+            seq.logprobs.append(out.logprobs_B[b])
+            seq.top_logprobs.append(
+                dict(zip(out.top_ids_BK[b][:k], out.top_values_BK[b][:k], strict=True)) if k else {}
+            )
             self._check_finished(seq, token)
 
     def _check_finished(self, seq: _Sequence, token: int) -> None:
@@ -335,10 +357,13 @@ class Engine:
         self, seq: _Sequence, outcome: FinishReason | BaseException, stop_reason: int | str | None = None
     ) -> None:
         if seq.slot is not None:
-            self._pool.release(seq.slot)
+            # The last running request moves into the freed slot, keeping slots 0 .. n-1 aligned with `_running`.
+            moved = self._pool.release(seq.slot)
+            last = self._running.pop()
+            if moved is not None:
+                self._running[seq.slot] = last
+                last.slot = seq.slot
             seq.slot = None
-        if seq in self._running:
-            self._running.remove(seq)
         if isinstance(outcome, BaseException):
             seq.on_done(outcome)
             return
@@ -370,6 +395,7 @@ class Engine:
     def _apply_weights(self, state: Mapping[str, Tensor]) -> int:
         with torch.no_grad():
             self._model.load_state_dict(state, strict=False)
+        self._weights = ModelWeights.from_hf(self._model, self.max_model_len)  # re-fuse q/k/v and gate/up
         self._version += 1
         return self._version
 

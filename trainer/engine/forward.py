@@ -1,7 +1,6 @@
-"""A lean Qwen3 forward pass in pure torch over a slot-based KV cache, for batched prefill and decode.
+"""A lean Qwen3 forward pass in pure torch over a compact slot KV cache, for batched prefill and decode.
 
-It reads the weights of a transformers `Qwen3ForCausalLM` by reference (no copy), so an in-place weight update of
-that model (`load_state_dict`) is seen at the next step. One layer, as in transformers' `modeling_qwen3.py`:
+One layer, as in transformers' `modeling_qwen3.py`:
 
     h   = x + o_proj(attn(rope(q_norm(q_proj(rms(x)))), rope(k_norm(k_proj(rms(x)))), v_proj(rms(x))))
     out = h + down_proj(silu(gate_proj(rms(h))) * up_proj(rms(h)))
@@ -9,6 +8,11 @@ that model (`load_state_dict`) is seen at the next step. One layer, as in transf
 with rms(x) = w * x / sqrt(mean(x^2) + eps) (computed in fp32), q/k-norm an RMSNorm over each head's head_dim,
 RoPE rotate-half with inv_freq from the model's rotary embedding, grouped-query attention (kv heads shared by
 heads / kv_heads query heads) scaled by head_dim^-0.5, and logits = lm_head(rms(x_last)).
+
+Speed (a decode step of a tiny model is dominated by per-op overhead, not FLOPs): q/k/v and gate/up are fused into
+one matmul each (`ModelWeights` holds fused *copies*, so an update of the HF model must go through
+`ModelWeights.from_hf` again, which `Engine.update_weights` does); RoPE cos/sin come from a table built once; and a
+batch always occupies a contiguous range of KV slots, so attention reads the cache as a view — no gather per layer.
 
 Batched layout: row b holds `T` new tokens of one sequence at positions start_b .. start_b + T - 1 (rows shorter
 than T are right-padded; their padded positions are written to the cache but never attended to, because a query at
@@ -27,85 +31,98 @@ from transformers import Qwen3ForCausalLM
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """References to one decoder layer's weights (nn.Linear weights are [out, in])."""
+    """One decoder layer's weights (nn.Linear layout [out, in]); qkv = [q; k; v] and gate_up = [gate; up] rows;
+    qk_norm [heads + kv_heads, head_dim] holds q_norm's weight for each query head, then k_norm's for each kv head."""
 
     input_norm: Tensor
-    q_proj: Tensor
-    k_proj: Tensor
-    v_proj: Tensor
+    qkv_proj: Tensor
     o_proj: Tensor
-    q_norm: Tensor
-    k_norm: Tensor
+    qk_norm: Tensor
     post_norm: Tensor
-    gate_proj: Tensor
-    up_proj: Tensor
+    gate_up_proj: Tensor
     down_proj: Tensor
 
 
 @dataclass(frozen=True)
 class ModelWeights:
-    """References to a Qwen3ForCausalLM's weights plus the shapes the forward needs."""
+    """A Qwen3ForCausalLM's weights in the forward's layout, plus RoPE tables for positions [0, max_len)."""
 
     embed: Tensor
     layers: tuple[LayerWeights, ...]
     final_norm: Tensor
     lm_head: Tensor
-    inv_freq: Tensor
-    rope_scaling: float
+    cos_PD: Tensor
+    signed_sin_PD: Tensor  # [-sin, +sin] over the two halves of head_dim, see `apply_rope`
     eps: float
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    intermediate: int
 
     @classmethod
-    def from_hf(cls, model: Qwen3ForCausalLM) -> ModelWeights:
+    def from_hf(cls, model: Qwen3ForCausalLM, max_len: int) -> ModelWeights:
+        """Fused copies of q/k/v, gate/up and q/k-norm (the rest by reference), cos/sin for `max_len` positions."""
         cfg = model.config
         if cfg.model_type != "qwen3":
             raise ValueError(f"the engine runs Qwen3 models, got model_type={cfg.model_type!r}")
         if any(getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers):
             raise ValueError("sliding-window attention layers are not supported by the local engine")
-        layers = tuple(
-            LayerWeights(
-                input_norm=layer.input_layernorm.weight,
-                q_proj=layer.self_attn.q_proj.weight,
-                k_proj=layer.self_attn.k_proj.weight,
-                v_proj=layer.self_attn.v_proj.weight,
-                o_proj=layer.self_attn.o_proj.weight,
-                q_norm=layer.self_attn.q_norm.weight,
-                k_norm=layer.self_attn.k_norm.weight,
-                post_norm=layer.post_attention_layernorm.weight,
-                gate_proj=layer.mlp.gate_proj.weight,
-                up_proj=layer.mlp.up_proj.weight,
-                down_proj=layer.mlp.down_proj.weight,
+        with torch.no_grad():
+            layers = tuple(
+                LayerWeights(
+                    input_norm=layer.input_layernorm.weight.detach(),
+                    qkv_proj=torch.cat(
+                        [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
+                    ),
+                    o_proj=layer.self_attn.o_proj.weight.detach(),
+                    qk_norm=torch.cat(
+                        [
+                            layer.self_attn.q_norm.weight.expand(cfg.num_attention_heads, -1),
+                            layer.self_attn.k_norm.weight.expand(cfg.num_key_value_heads, -1),
+                        ]
+                    ),
+                    post_norm=layer.post_attention_layernorm.weight.detach(),
+                    gate_up_proj=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+                    down_proj=layer.mlp.down_proj.weight.detach(),
+                )
+                for layer in model.model.layers
             )
-            for layer in model.model.layers
-        )
+        rotary = model.model.rotary_emb
+        # As transformers' Qwen3RotaryEmbedding: freqs = pos * inv_freq (fp32), emb = [freqs, freqs], times scaling.
+        freqs_PD = torch.arange(max_len, device=rotary.inv_freq.device).float()[:, None] * rotary.inv_freq.float()
+        emb_PD = torch.cat((freqs_PD, freqs_PD), dim=-1)
+        dtype = model.model.embed_tokens.weight.dtype
+        scaling = float(rotary.attention_scaling)
+        sin_PD = (emb_PD.sin() * scaling).to(dtype)
+        half = sin_PD.shape[-1] // 2
         return cls(
-            embed=model.model.embed_tokens.weight,
+            embed=model.model.embed_tokens.weight.detach(),
             layers=layers,
-            final_norm=model.model.norm.weight,
-            lm_head=model.lm_head.weight,
-            inv_freq=model.model.rotary_emb.inv_freq,
-            rope_scaling=float(model.model.rotary_emb.attention_scaling),
+            final_norm=model.model.norm.weight.detach(),
+            lm_head=model.lm_head.weight.detach(),
+            cos_PD=(emb_PD.cos() * scaling).to(dtype),
+            signed_sin_PD=torch.cat((-sin_PD[:, :half], sin_PD[:, half:]), dim=-1),
             eps=float(cfg.rms_norm_eps),
             n_heads=cfg.num_attention_heads,
             n_kv_heads=cfg.num_key_value_heads,
             head_dim=cfg.head_dim,
+            intermediate=cfg.intermediate_size,
         )
 
 
 class KVPool:
     """Keys and values for `n_slots` sequences: [layers, slots, kv_heads, capacity, head_dim] each.
 
-    Capacity grows by doubling (copying the live prefix) so memory follows the longest live sequence rather than
-    the model's maximum context.
+    Live sequences always fill slots 0 .. n_used - 1: `release` moves the last live slot into the hole, so a batch
+    of consecutive slots is a plain view of the cache. Capacity grows by doubling (copying the live prefix) so memory
+    follows the longest live sequence rather than the model's maximum context.
     """
 
     def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256) -> None:
         shape = (len(weights.layers), n_slots, weights.n_kv_heads, initial_capacity, weights.head_dim)
         self.k = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
         self.v = torch.zeros_like(self.k)
-        self._free = list(range(n_slots - 1, -1, -1))
+        self.n_used = 0
 
     @property
     def capacity(self) -> int:
@@ -113,16 +130,28 @@ class KVPool:
 
     @property
     def n_free(self) -> int:
-        return len(self._free)
+        return self.k.shape[1] - self.n_used
 
     def allocate(self) -> int:
-        if not self._free:
+        if not self.n_free:
             raise RuntimeError("KV pool has no free slot")
-        return self._free.pop()
+        self.n_used += 1
+        return self.n_used - 1
 
-    def release(self, slot: int) -> None:
-        self._free.append(slot)
+    @torch.inference_mode()  # the cache holds inference tensors (written by `forward`)
+    def release(self, slot: int) -> int | None:
+        """Free `slot`; return the slot whose sequence now lives in `slot` instead (None if it was the last)."""
+        if not 0 <= slot < self.n_used:
+            raise ValueError(f"slot {slot} is not in use (slots in use: 0..{self.n_used - 1})")
+        self.n_used -= 1
+        last = self.n_used
+        if slot == last:
+            return None
+        self.k[:, slot] = self.k[:, last]
+        self.v[:, slot] = self.v[:, last]
+        return last
 
+    @torch.inference_mode()
     def ensure_capacity(self, length: int) -> None:
         if length <= self.capacity:
             return
@@ -138,52 +167,53 @@ class KVPool:
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """w * x / sqrt(mean(x^2, last axis) + eps), in fp32 like transformers' Qwen3RMSNorm."""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * normed.to(x.dtype)
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
-def apply_rope(x_BTHD: Tensor, cos_BTD: Tensor, sin_BTD: Tensor) -> Tensor:
-    """x*cos + rotate_half(x)*sin, rotate_half([a, b]) = [-b, a] over the two halves of head_dim."""
-    half = x_BTHD.shape[-1] // 2
-    rotated = torch.cat((-x_BTHD[..., half:], x_BTHD[..., :half]), dim=-1)
-    return x_BTHD * cos_BTD[:, :, None, :] + rotated * sin_BTD[:, :, None, :]
+def apply_rope(x_BTHD: Tensor, cos_BT1D: Tensor, signed_sin_BT1D: Tensor) -> Tensor:
+    """x*cos + rotate_half(x)*sin, rotate_half([a, b]) = [-b, a] over the two halves of head_dim.
+
+    Computed as x*cos + roll(x, half)*[-sin_a, sin_b]: roll gives [b, a], and (-b)*s == b*(-s) exactly in IEEE.
+    """
+    return x_BTHD * cos_BT1D + x_BTHD.roll(x_BTHD.shape[-1] // 2, dims=-1) * signed_sin_BT1D
 
 
 @torch.inference_mode()
 def forward(
-    w: ModelWeights, pool: KVPool, slots_B: Tensor, tokens_BT: Tensor, start_B: Tensor, last_B: Tensor
+    w: ModelWeights, pool: KVPool, first_slot: int, tokens_BT: Tensor, start_B: Tensor, last_B: Tensor
 ) -> Tensor:
-    """Run `tokens_BT` through the model, append their keys/values to the slots' caches, return fp32 logits [B, V]
-    at in-row index `last_B` (the last real token of each row)."""
+    """Run `tokens_BT` (row b → KV slot first_slot + b) through the model, append their keys/values to the cache and
+    return fp32 logits [B, V] at in-row index `last_B` (the last real token of each row)."""
     B, T = tokens_BT.shape
-    pos_BT = start_B[:, None] + torch.arange(T, device=tokens_BT.device)[None, :]
+    H, KV, D = w.n_heads, w.n_kv_heads, w.head_dim
+    pos_BT = start_B[:, None] + torch.arange(T, device=tokens_BT.device)[None, :] if T > 1 else start_B[:, None]
     n_keys = int(pos_BT.max()) + 1
     pool.ensure_capacity(n_keys)
-    freqs_BTD = pos_BT[..., None].float() * w.inv_freq.float()
-    emb_BTD = torch.cat((freqs_BTD, freqs_BTD), dim=-1)
-    dtype = w.embed.dtype
-    cos_BTD = (emb_BTD.cos() * w.rope_scaling).to(dtype)
-    sin_BTD = (emb_BTD.sin() * w.rope_scaling).to(dtype)
+    cos_BT1D = F.embedding(pos_BT, w.cos_PD)[:, :, None]
+    sin_BT1D = F.embedding(pos_BT, w.signed_sin_PD)[:, :, None]
     # Query at position p may read keys at positions <= p of its own sequence.
     mask_B1TK = (torch.arange(n_keys, device=tokens_BT.device)[None, None, :] <= pos_BT[:, :, None])[:, None]
-    H, KV, D = w.n_heads, w.n_kv_heads, w.head_dim
+    rows_B1 = torch.arange(B, device=tokens_BT.device)[:, None]
+    slots = slice(first_slot, first_slot + B)
 
     x = F.embedding(tokens_BT, w.embed)
     for i, lw in enumerate(w.layers):
-        h = rms_norm(x, lw.input_norm, w.eps)
-        q = apply_rope(rms_norm(F.linear(h, lw.q_proj).view(B, T, H, D), lw.q_norm, w.eps), cos_BTD, sin_BTD)
-        k = apply_rope(rms_norm(F.linear(h, lw.k_proj).view(B, T, KV, D), lw.k_norm, w.eps), cos_BTD, sin_BTD)
-        v = F.linear(h, lw.v_proj).view(B, T, KV, D)
-        pool.k[i][slots_B[:, None], :, pos_BT] = k
-        pool.v[i][slots_B[:, None], :, pos_BT] = v
-        keys = pool.k[i][slots_B, :, :n_keys]
-        values = pool.v[i][slots_B, :, :n_keys]
+        qkv = F.linear(rms_norm(x, lw.input_norm, w.eps), lw.qkv_proj).view(B, T, H + 2 * KV, D)
+        qk = apply_rope(rms_norm(qkv[:, :, : H + KV], lw.qk_norm, w.eps), cos_BT1D, sin_BT1D)
+        q, k = qk[:, :, :H], qk[:, :, H:]
+        cache_k, cache_v = pool.k[i, slots], pool.v[i, slots]
+        cache_k[rows_B1, :, pos_BT] = k
+        cache_v[rows_B1, :, pos_BT] = qkv[:, :, H + KV :]
         attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2), keys, values, attn_mask=mask_B1TK, scale=D**-0.5, enable_gqa=H != KV
+            q.transpose(1, 2),
+            cache_k[:, :, :n_keys],
+            cache_v[:, :, :n_keys],
+            attn_mask=mask_B1TK,
+            scale=D**-0.5,
+            enable_gqa=H != KV,
         )
         x = x + F.linear(attn.transpose(1, 2).reshape(B, T, H * D), lw.o_proj)
-        h = rms_norm(x, lw.post_norm, w.eps)
-        x = x + F.linear(F.silu(F.linear(h, lw.gate_proj)) * F.linear(h, lw.up_proj), lw.down_proj)
-    x_last = x[torch.arange(B, device=x.device), last_B]
+        gate, up = F.linear(rms_norm(x, lw.post_norm, w.eps), lw.gate_up_proj).split(w.intermediate, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, lw.down_proj)
+    x_last = x[:, 0] if T == 1 else x[rows_B1[:, 0], last_B]
     return F.linear(rms_norm(x_last, w.final_norm, w.eps), w.lm_head).float()

@@ -1,45 +1,73 @@
-"""Token sampling from one row of logits: greedy, temperature and nucleus (top-p), with raw logprobs."""
+"""Batched token sampling from a [B, V] block of logits: greedy, temperature and nucleus (top-p), with raw logprobs.
+
+One call serves the whole decode batch (a handful of tensor ops, not a loop over requests). Each sampled row draws
+its token by inverse-CDF sampling with a uniform `u_b` that the caller takes from that request's own seeded stream,
+so a seed reproduces its tokens whatever else shares the batch.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from trainer.engine.types import SamplingParams
 
-
-def top_p_filter(probs_V: Tensor, top_p: float) -> Tensor:
+def top_p_filter(probs_BV: Tensor, top_p: float | Tensor) -> Tensor:
     """Nucleus filter (Holtzman et al. 2020): keep the smallest set of most likely tokens whose mass reaches top_p.
 
     A token sorted at rank r is kept iff the mass strictly before it, cumsum_r - p_r, is below top_p; the most likely
-    token is always kept. The kept probabilities are renormalised to sum to 1.
+    token is always kept. The kept probabilities are renormalised to sum to 1. `top_p` is a float or a tensor that
+    broadcasts against [..., 1] (one value per row).
     """
-    if top_p >= 1.0:
-        return probs_V
-    sorted_p, order = probs_V.sort(descending=True)
+    if isinstance(top_p, float) and top_p >= 1.0:
+        return probs_BV
+    sorted_p, order = probs_BV.sort(dim=-1, descending=True)
     mass_before = sorted_p.cumsum(-1) - sorted_p
     sorted_p = torch.where(mass_before < top_p, sorted_p, torch.zeros_like(sorted_p))
-    kept = torch.zeros_like(probs_V).scatter(-1, order, sorted_p)
-    return kept / kept.sum()
+    kept = torch.zeros_like(probs_BV).scatter(-1, order, sorted_p)
+    return kept / kept.sum(-1, keepdim=True)
 
 
-def sample_token(
-    logits_V: Tensor, params: SamplingParams, generator: torch.Generator
-) -> tuple[int, float, dict[int, float]]:
-    """Sample one token; return (token, raw logprob of that token, top-`params.logprobs` raw logprobs).
+def inverse_cdf_sample(probs_BV: Tensor, u_B: Tensor) -> Tensor:
+    """token_b = min{i : cdf_b(i) > u_b * cdf_b(V-1)}, cdf_b the cumulative sum of row b: a draw from probs_b for
+    u_b ~ U[0, 1); zero-probability tokens are never drawn (their cdf equals their predecessor's). Where rounding
+    makes u_b * total reach the total, the draw is capped at the first index whose cdf reaches the total (the last
+    token with mass)."""
+    cdf_BV = probs_BV.cumsum(-1)
+    total_B1 = cdf_BV[:, -1:].contiguous()
+    drawn_B1 = torch.searchsorted(cdf_BV, u_B[:, None].to(cdf_BV.dtype) * total_B1, right=True)
+    return torch.minimum(drawn_B1, torch.searchsorted(cdf_BV, total_B1))[:, 0]
 
-    temperature 0 → argmax; otherwise softmax(logits / temperature) → top-p → multinomial draw from `generator`.
-    The reported logprobs are log_softmax(logits) of the raw logits (vLLM's default), not of the tempered
-    distribution.
-    """
-    raw_logprobs_V = torch.log_softmax(logits_V.float(), dim=-1)
-    if params.temperature == 0.0:
-        token = int(torch.argmax(logits_V))
-    else:
-        probs_V = top_p_filter(torch.softmax(logits_V.float() / params.temperature, dim=-1), params.top_p)
-        token = int(torch.multinomial(probs_V, 1, generator=generator))
-    top: dict[int, float] = {}
-    if params.logprobs:
-        values, ids = raw_logprobs_V.topk(params.logprobs)
-        top = dict(zip(ids.tolist(), values.tolist(), strict=True))
-    return token, float(raw_logprobs_V[token]), top
+
+@dataclass(frozen=True)
+class BatchSample:
+    """Per-row results: sampled token ids, their raw logprobs, and the `top_k` best raw (logprob, id) columns."""
+
+    tokens_B: list[int]
+    logprobs_B: list[float]
+    top_values_BK: list[list[float]]
+    top_ids_BK: list[list[int]]
+
+
+def sample_batch(
+    logits_BV: Tensor, temperature_B: list[float], top_p_B: list[float], u_B: list[float], top_k: int
+) -> BatchSample:
+    """Sample one token per row. temperature 0 → argmax; otherwise softmax(logits / temperature) → top-p →
+    inverse-CDF draw with u_b. Reported logprobs are log_softmax of the raw logits (vLLM's default
+    `raw_logprobs`), not of the tempered distribution; `top_k` > 0 also returns each row's k best raw logprobs."""
+    logits_BV = logits_BV.float()
+    raw_BV = torch.log_softmax(logits_BV, dim=-1)
+    tokens_B = logits_BV.argmax(-1)
+    sampled = [b for b, t in enumerate(temperature_B) if t > 0.0]
+    if sampled:
+        rows = torch.tensor(sampled)
+        temps_B1 = torch.tensor([temperature_B[b] for b in sampled])[:, None]
+        probs_SV = torch.softmax(logits_BV[rows] / temps_B1, dim=-1)
+        top_p = [top_p_B[b] for b in sampled]
+        if min(top_p) < 1.0:
+            probs_SV = top_p_filter(probs_SV, torch.tensor(top_p)[:, None])
+        tokens_B[rows] = inverse_cdf_sample(probs_SV, torch.tensor([u_B[b] for b in sampled]))
+    logprobs_B = raw_BV.gather(-1, tokens_B[:, None])[:, 0]
+    top_values, top_ids = raw_BV.topk(top_k, dim=-1) if top_k else (raw_BV[:, :0], tokens_B[:, None][:, :0])
+    return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), top_values.tolist(), top_ids.tolist())

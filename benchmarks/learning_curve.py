@@ -1,0 +1,188 @@
+"""Learning curve of the local profile: base eval → synchronous loop → fully-async loop, on the toy tier.
+
+The base is the bootstrapped tiny model (``trainer.bootstrap``; ``--base`` or ``recipe model bootstrap``); its
+``bootstrap.json`` decides the apps and the harness settings, so rollouts here look exactly like the ones it was
+trained to imitate. Both loops train on the same ``--tasks`` train tasks (``--samples`` rollouts per group, GRPO
+without std, DPPO, prompt_mean — the hero algorithm — at Adam ``--lr``) from the same base for ``--steps`` steps.
+
+Printed: the curve of each loop (step, train reward = mean reward of the step's rollouts, wall seconds), the eval
+reward on the train subset before and after each loop (``--eval-samples`` per task), the wall time each loop needed
+to bring its 3-step moving-average train reward to the target = midpoint between the base eval reward and the sync
+loop's final moving average, their ratio (async / sync) and the async trainer's idle share (Σ wait_for_generation_
+buffer / wall). A PNG of both curves lands in ``<out>/learning_curve.png``.
+
+    .venv/bin/python benchmarks/learning_curve.py --base models/base/<hash> --data data --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from envs.build import ensure_environment, load_tasks
+from envs.types import Split
+from trainer.algorithms import AlgorithmConfig
+from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness_config, select_tasks
+from trainer.engine import Engine
+from trainer.local import TrainerConfig, latest_checkpoint
+from trainer.local.checkpoint import POLICY_DIR
+from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord, SyncLoopConfig, run_async_loop, run_sync_loop
+from trainer.loops.common import CHECKPOINTS, LoopConfig, TaskFilter, default_envs, evaluate_reward
+from trainer.loops.engine_adapter import InProcessEngine
+from trainer.model import load_policy
+
+WINDOW = 3
+
+
+def moving_average(values: list[float], window: int = WINDOW) -> list[float]:
+    """Trailing mean over the last ``window`` values (fewer at the start)."""
+    return [sum(values[max(0, i - window + 1) : i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
+
+
+def time_to(history: LoopHistory, target: float) -> float | None:
+    """Wall seconds at the first step whose moving-average train reward reaches ``target`` (None: never)."""
+    smooth = moving_average([r.reward_mean for r in history.steps])
+    return next((r.wall_s for r, s in zip(history.steps, smooth, strict=True) if s >= target), None)
+
+
+def evaluate_policy(policy_dir: Path, config: LoopConfig, worlds_root: Path, tasks: list) -> tuple[float, float]:
+    """(mean reward, pass rate) of a saved policy on ``tasks``, ``config.eval_samples`` rollouts each."""
+    model, tokenizer = load_policy(policy_dir)
+    with Engine(model, tokenizer, config.engine_config()) as engine:
+        return asyncio.run(
+            evaluate_reward(
+                tasks,
+                default_envs(worlds_root, config.apps),
+                InProcessEngine(engine),
+                tokenizer,
+                config.harness,
+                n=config.eval_samples,
+                seed=config.seed + 1,
+            )
+        )
+
+
+def print_step(name: str):
+    def show(record: StepRecord) -> None:
+        extra = f" wait {record.wait_s:5.1f}s stale≤{record.staleness_max}" if name == "async" else ""
+        print(
+            f"  {name:5s} step {record.step:3d}  reward {record.reward_mean:.3f}  pass {record.pass_rate:.3f}  "
+            f"wall {record.wall_s:7.1f}s  gen {record.generate_s:5.1f}s train {record.train_s:5.1f}s "
+            f"sync {record.sync_s:4.2f}s dropped {record.groups_dropped}{extra}",
+            flush=True,
+        )
+
+    return show
+
+
+def plot(histories: dict[str, LoopHistory], base: float, target: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_time, by_step) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, history in histories.items():
+        smooth = moving_average([r.reward_mean for r in history.steps])
+        by_time.plot([r.wall_s for r in history.steps], smooth, marker=".", label=name)
+        by_step.plot([r.step for r in history.steps], smooth, marker=".", label=name)
+    for axis, xlabel in ((by_time, "wall seconds"), (by_step, "optimizer step")):
+        axis.axhline(base, color="grey", linestyle=":", label="base (eval)")
+        axis.axhline(target, color="black", linestyle="--", label="target")
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(f"train reward ({WINDOW}-step moving average)")
+        axis.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("data"))
+    parser.add_argument("--base", type=Path, default=None, help="bootstrapped policy folder (default: bootstrap now)")
+    parser.add_argument("--out", type=Path, default=Path("runs/learning_curve"))
+    parser.add_argument("--tasks", type=int, default=16, help="train tasks the loops (and the evals) use")
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=8, help="groups per optimizer step")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--eval-samples", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    ensure_environment(args.data)
+    base_dir = args.base or bootstrap(BootstrapSpec(), args.data, Path("models/base"), progress=print).path
+    spec = BootstrapReport.model_validate_json((base_dir / "bootstrap.json").read_text()).spec
+    train = [t for t in select_tasks(load_tasks(args.data), spec) if t.split is Split.TRAIN][: args.tasks]
+    worlds = args.data / "worlds"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = args.out / stamp
+    common = dict(
+        prompts_per_step=args.prompts,
+        samples_per_prompt=args.samples,
+        steps=args.steps,
+        tasks=TaskFilter(tier=None, split=None, ids=tuple(t.task_id for t in train)),
+        harness=harness_config(spec),
+        trainer=TrainerConfig(lr=args.lr, algorithm=AlgorithmConfig()),
+        apps=spec.apps,
+        eval_samples=args.eval_samples,
+        checkpoint_every=0,
+        max_num_seqs=max(args.prompts, args.workers) * args.samples,
+    )
+    sync_config = SyncLoopConfig(**common)
+    async_config = AsyncLoopConfig(**common, workers=args.workers, max_staleness=args.staleness)
+
+    print(f"base {base_dir}  tasks {len(train)}  {args.prompts}×{args.samples} per step  lr {args.lr:g}", flush=True)
+    base_reward, base_pass = evaluate_policy(base_dir, sync_config, worlds, train)
+    print(f"base eval: reward {base_reward:.3f}  pass {base_pass:.3f}", flush=True)
+
+    histories: dict[str, LoopHistory] = {}
+    finals: dict[str, tuple[float, float]] = {}
+    for name, run, config in (("sync", run_sync_loop, sync_config), ("async", run_async_loop, async_config)):
+        print(f"{name} loop:", flush=True)
+        histories[name] = run(base_dir, train, worlds, config, out / name, print_step(name))
+        final = latest_checkpoint(out / name / CHECKPOINTS)
+        finals[name] = evaluate_policy(final / POLICY_DIR, config, worlds, train)
+        print(f"{name} eval after {args.steps} steps: reward {finals[name][0]:.3f}  pass {finals[name][1]:.3f}")
+
+    sync_final = moving_average([r.reward_mean for r in histories["sync"].steps])[-1]
+    target = base_reward + 0.5 * (sync_final - base_reward)
+    times = {name: time_to(history, target) for name, history in histories.items()}
+    idle_s = sum(r.wait_s for r in histories["async"].steps)
+    idle_share = idle_s / histories["async"].wall_s
+    ratio = times["async"] / times["sync"] if times["async"] and times["sync"] else None
+    plot(histories, base_reward, target, out / "learning_curve.png")
+
+    print("\ncurve (step, train reward, wall s):")
+    for name, history in histories.items():
+        print(f"  {name}: " + "  ".join(f"({r.step}, {r.reward_mean:.3f}, {r.wall_s:.0f})" for r in history.steps))
+    print(f"target reward {target:.3f} (midpoint of base eval {base_reward:.3f} and sync final {sync_final:.3f})")
+    for name in histories:
+        reached = f"{times[name]:.0f} s" if times[name] is not None else "not reached"
+        print(f"  {name:5s}: target at {reached}; total {histories[name].wall_s:.0f} s")
+    print(f"async / sync wall time to target: {ratio:.2f}" if ratio else "async / sync ratio: n/a (target missed)")
+    print(f"async trainer idle share (wait_for_generation_buffer): {idle_share:.1%} ({idle_s:.0f} s)")
+    print(f"plot: {out / 'learning_curve.png'}")
+    summary = {
+        "base": {"reward": base_reward, "pass": base_pass},
+        "final": {name: {"reward": r, "pass": p} for name, (r, p) in finals.items()},
+        "target": target,
+        "time_to_target_s": times,
+        "ratio_async_over_sync": ratio,
+        "async_idle_share": idle_share,
+        "curves": {name: [r.model_dump() for r in h.steps] for name, h in histories.items()},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
