@@ -46,6 +46,7 @@ from transformers import PreTrainedTokenizerBase
 
 from envs.harness.chat import (
     ANSWER_INSTRUCTIONS,
+    ToolListing,
     correction_message,
     delta_ids,
     eos_token_id,
@@ -83,6 +84,9 @@ class HarnessConfig(BaseModel):
     context_nudge_threshold: float = Field(0.2, gt=0.0, lt=1.0, description="share of the context budget left")
     agent_timeout_s: float = Field(3600.0, gt=0.0)
     system_prompt: str = ANSWER_INSTRUCTIONS
+    tool_listing: ToolListing = Field(
+        ToolListing.FULL, description="full: JSON schemas via the template; compact: one line per tool (small models)"
+    )
 
 
 class TitoViolation(RuntimeError):
@@ -202,7 +206,7 @@ async def _rollout(
         specs = await tools.list_tools()
     except Exception as error:
         raise _ToolTransportError(f"list_tools failed: {type(error).__name__}: {error}") from error
-    first = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), specs)
+    first = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), specs, config.tool_listing)
     _append(trajectory, first)
     trajectory.prompt_len = len(first)
     if len(first) >= budget:

@@ -17,7 +17,9 @@ assistant turn (so the cut is exactly where a real rollout's assistant turn ende
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -36,6 +38,44 @@ _BASE: tuple[Message, ...] = (
     {"role": "user", "content": "U"},
     {"role": "assistant", "content": "A"},
 )
+
+
+class ToolListing(StrEnum):
+    """How the first prompt lists the tools."""
+
+    FULL = "full"  # JSON schemas in the OpenAI function format, rendered by the chat template's ``tools`` argument
+    COMPACT = "compact"  # one ``name(arg, arg=default): first sentence`` line per tool in the system prompt text
+
+
+COMPACT_CALL_FORMAT = (
+    'Call format: <tool_call>\n{"name": "<tool name>", "arguments": {"<arg>": "<value>"}}\n</tool_call>'
+)
+# A sentence ends at . ! ? followed by whitespace, except after the abbreviations "e.g." and "i.e.".
+_SENTENCE_END = re.compile(r"(?<![Ee]\.g\.)(?<![Ii]\.e\.)(?<=[.!?])\s")
+
+
+def compact_tool_line(tool: Mapping[str, Any]) -> str:
+    """``name(arg1, arg2=default): first sentence of description`` for one ``{name, description, input_schema}``.
+
+    Required arguments come bare, optional ones with their JSON default (``=null`` when the schema gives none); the
+    sentence is the description's first paragraph cut after its first ``.``/``!``/``?`` followed by whitespace.
+    """
+    schema = tool.get("input_schema") or {}
+    required = set(schema.get("required", ()))
+    arguments = [
+        name if name in required else f"{name}={json.dumps(spec.get('default'))}"
+        for name, spec in schema.get("properties", {}).items()
+    ]
+    paragraph = " ".join(str(tool.get("description", "")).strip().split("\n\n")[0].split())
+    sentence = _SENTENCE_END.split(paragraph, maxsplit=1)[0]
+    signature = f"{tool['name']}({', '.join(arguments)})"
+    return f"{signature}: {sentence}" if sentence else signature
+
+
+def compact_system_prompt(system_prompt: str, tools: Sequence[Mapping[str, Any]]) -> str:
+    """The system prompt followed by a ``# Tools`` section, one line per tool, and the call format."""
+    lines = "\n".join(compact_tool_line(t) for t in tools)
+    return f"{system_prompt}\n\n# Tools\n{lines}\n\n{COMPACT_CALL_FORMAT}"
 
 
 def tool_definitions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -74,10 +114,23 @@ def initial_messages(system_prompt: str, task_prompt: str) -> list[dict[str, str
 
 
 def prompt_ids(
-    tokenizer: PreTrainedTokenizerBase, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    tokenizer: PreTrainedTokenizerBase,
+    messages: Sequence[Message],
+    tools: Sequence[Mapping[str, Any]],
+    listing: ToolListing = ToolListing.FULL,
 ) -> list[int]:
-    """The first prompt: system (with the tool listing the template renders) + task, then the generation prompt."""
-    return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools)))
+    """The first prompt: system (with the tool listing) + task, then the generation prompt.
+
+    ``full``: the template renders the JSON schemas from its ``tools`` argument. ``compact``: the one-line listing is
+    appended to the system message's text (``compact_system_prompt``) and the template gets no tools — a few hundred
+    tokens instead of thousands, what a tiny model can attend over.
+    """
+    if listing is ToolListing.FULL:
+        return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools)))
+    if not messages or messages[0].get("role") != "system":
+        raise ValueError("the compact tool listing goes into the system message; the first message must be one")
+    system = {**messages[0], "content": compact_system_prompt(str(messages[0].get("content", "")), tools)}
+    return encode(tokenizer, render(tokenizer, [system, *messages[1:]], add_generation_prompt=True))
 
 
 def eos_token_id(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -1,0 +1,30 @@
+"""``recipe engine``: serve a policy with the local engine (vLLM wire format).
+
+recipe engine serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
+    loads the policy folder DIR and serves /v1/completions, /v1/chat/completions and the control routes until
+    interrupted (trainer.engine.server.serve).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _engine_serve(args: argparse.Namespace) -> int:
+    from trainer.engine import EngineConfig
+    from trainer.engine.server import serve
+
+    serve(args.model, args.host, args.port, config=EngineConfig(max_num_seqs=args.max_num_seqs))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    engine = commands.add_parser("engine", help="the local inference engine").add_subparsers(
+        dest="engine_command", required=True
+    )
+    serve = engine.add_parser("serve", help="serve a policy folder over HTTP")
+    serve.add_argument("--model", required=True, help="policy folder (save_policy or a Qwen3 checkpoint)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together")
+    serve.set_defaults(handler=_engine_serve)

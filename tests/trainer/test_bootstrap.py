@@ -1,0 +1,211 @@
+"""Base-model bootstrap: trace rendering equals the harness's layout, noise rates, cache, a tiny run end to end."""
+
+import asyncio
+import json
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from envs.apps import World
+from envs.build import build_environment, load_tasks
+from envs.check import fork_world
+from envs.harness.agent import run_group
+from envs.rollout import local_envs
+from envs.types import StopReason, Tier, Trajectory
+from trainer.bootstrap import (
+    BootstrapSpec,
+    NoiseRates,
+    bootstrap,
+    draw_traces,
+    harness_config,
+    offered_tools,
+    select_tasks,
+)
+from trainer.engine import Engine, EngineConfig
+from trainer.model import TinyModelSpec, load_policy
+from trainer.rollout_eval import EngineCompletions
+from trainer.tokenizer import train_tokenizer
+from trainer.traces import (
+    NoiseKind,
+    ParityError,
+    TokenizedTrace,
+    check_parity,
+    draw_noise,
+    noise_candidates,
+    noisy_trace,
+    oracle_trace,
+    render_trace,
+)
+
+APPS = ("filesystem", "sheets")
+TINY = BootstrapSpec(
+    model=TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=1024),
+    vocab_size=400,
+    steps=2,
+    batch_size=2,
+    traces_per_task=2,
+    log_every=1,
+    parity_checks=2,
+    eval_samples=0,
+    max_tokens_per_turn=8,
+    max_turns=2,
+)
+
+
+@pytest.fixture(scope="module")
+def full_data(tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("env") / "data"
+    build_environment(data)
+    return data
+
+
+@pytest.fixture(scope="module")
+def small_data(full_data: Path, tmp_path_factory) -> Path:
+    """The worlds, with task files cut to three toy train tasks and one held-out one of world ib-1."""
+    data = tmp_path_factory.mktemp("small") / "data"
+    (data / "tasks").mkdir(parents=True)
+    (data / "worlds").symlink_to(full_data / "worlds")
+    shutil.copy(full_data / "manifest.json", data / "manifest.json")
+    for split, count in (("train", 3), ("heldout", 1)):
+        lines = [
+            line
+            for line in (full_data / "tasks" / f"{split}.jsonl").read_text().splitlines()
+            if json.loads(line)["task_id"].startswith("ib-1-toy-")
+        ]
+        (data / "tasks" / f"{split}.jsonl").write_text("\n".join(lines[:count]) + "\n")
+    return data
+
+
+@pytest.fixture(scope="module")
+def cell_task(full_data):
+    return next(t for t in load_tasks(full_data) if t.task_id == "ib-1-toy-0001")  # B12 of Model, operating_model
+
+
+@pytest.fixture
+def world(full_data, tmp_path) -> World:
+    return World(fork_world(full_data / "worlds" / "ib-1", tmp_path / "ib-1"))
+
+
+def test_noise_candidates_of_a_cell_read(cell_task, world):
+    offered = offered_tools(APPS)
+    assert noise_candidates(cell_task, world, NoiseKind.WRONG_TOOL, offered) == [
+        ("sheets.read_formula", {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"})
+    ]
+    assert [args["path"] for _, args in noise_candidates(cell_task, world, NoiseKind.WRONG_FILE, offered)] == [
+        "models/comps.xlsx"
+    ]
+    wrong_args = noise_candidates(cell_task, world, NoiseKind.WRONG_ARGUMENT, offered)
+    cells = [args["cell"] for _, args in wrong_args if args["sheet"] == "Model"]
+    sheets = [args["sheet"] for _, args in wrong_args if args["cell"] == "B12"]
+    assert cells == ["B11", "B13", "A12", "C12"] and sheets == ["Assumptions", "Valuation"]
+
+
+def test_noisy_trace_answers_with_the_real_observation(cell_task, world):
+    call = ("sheets.read_formula", {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"})
+    trace = noisy_trace(cell_task, world, NoiseKind.WRONG_TOOL, call)
+    assert trace.calls[0].observation == "=B9-B11" and trace.answer == "=B9-B11"
+    clean = oracle_trace(cell_task, world)
+    assert clean.answer == "25.9" and clean.calls[0].tool == "sheets.read_cell" and clean.noise is None
+
+
+def test_draw_noise_respects_the_rates():
+    rates = {NoiseKind.WRONG_TOOL: 0.1, NoiseKind.WRONG_FILE: 0.08, NoiseKind.WRONG_ARGUMENT: 0.07}
+    rng = random.Random(0)
+    draws = [draw_noise(rng, rates, set(NoiseKind)) for _ in range(20_000)]
+    for kind, rate in rates.items():
+        assert draws.count(kind) / len(draws) == pytest.approx(rate, abs=0.01)
+    assert draws.count(None) / len(draws) == pytest.approx(0.75, abs=0.01)
+    # Without wrong_file candidates its share is redrawn among the others: still 25 % noisy, none wrong_file.
+    narrowed = [draw_noise(rng, rates, {NoiseKind.WRONG_TOOL, NoiseKind.WRONG_ARGUMENT}) for _ in range(20_000)]
+    assert NoiseKind.WRONG_FILE not in narrowed
+    assert narrowed.count(None) / len(narrowed) == pytest.approx(0.75, abs=0.01)
+    assert narrowed.count(NoiseKind.WRONG_TOOL) / len(narrowed) == pytest.approx(0.25 * 10 / 17, abs=0.01)
+
+
+def test_draw_traces_is_seeded_and_noisy_at_the_rate(cell_task, world):
+    spec = BootstrapSpec(traces_per_task=400, noise=NoiseRates(wrong_tool=0.2, wrong_file=0.1, wrong_argument=0.1))
+    traces = draw_traces(cell_task, world, spec)
+    assert [t.noise for t in traces] == [t.noise for t in draw_traces(cell_task, world, spec)]
+    shares = {kind: sum(t.noise == kind for t in traces) / len(traces) for kind in NoiseKind}
+    assert shares == pytest.approx({"wrong_tool": 0.2, "wrong_file": 0.1, "wrong_argument": 0.1}, abs=0.05)
+
+
+def test_noise_rates_over_one_are_refused():
+    with pytest.raises(ValueError, match=r"sum to 1\.2"):
+        NoiseRates(wrong_tool=0.6, wrong_file=0.6, wrong_argument=0.0)
+
+
+def test_rendered_trace_equals_the_harness_rollout(cell_task, world, full_data, tmp_path):
+    config = harness_config(TINY).model_copy(update={"context_budget_tokens": 100_000})  # a 400-token vocabulary
+    clean = oracle_trace(cell_task, world)
+    wrong = noisy_trace(
+        cell_task,
+        world,
+        NoiseKind.WRONG_FILE,
+        noise_candidates(cell_task, world, NoiseKind.WRONG_FILE, offered_tools(APPS))[0],
+    )
+    tools = asyncio.run(_tools())
+    tok = train_tokenizer([cell_task.prompt, *clean.assistant_texts(), *wrong.assistant_texts()] * 5, vocab_size=400)
+    for trace in (clean, wrong):
+        rendered = render_trace(tok, cell_task, trace, tools, config)
+        assert sum(rendered.loss_mask) == sum(len(tok.encode(t)) + 1 for t in trace.assistant_texts())
+        asyncio.run(check_parity(tok, cell_task, trace, rendered, world, APPS, config))
+    broken = TokenizedTrace(rendered.tokens[:-2] + rendered.tokens[-1:], rendered.loss_mask[:-1])
+    with pytest.raises(ParityError, match="differ"):
+        asyncio.run(check_parity(tok, cell_task, wrong, broken, world, APPS, config))
+
+
+async def _tools():
+    from envs.harness.tools import LocalToolSession
+
+    return await LocalToolSession(World(Path(".")), apps=APPS).list_tools()
+
+
+def test_select_tasks_keeps_tiers_whose_oracles_fit_the_apps(full_data):
+    chosen = select_tasks(load_tasks(full_data), TINY)
+    assert chosen and all(t.tier is Tier.TOY for t in chosen)
+    with pytest.raises(ValueError, match="no task of tiers"):
+        select_tasks(load_tasks(full_data), TINY.model_copy(update={"apps": ("mail",)}))
+
+
+def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
+    lines: list[str] = []
+    result = bootstrap(TINY, small_data, tmp_path / "models", progress=lines.append)
+    assert not result.cached and result.report.steps_done == 2 and len(result.report.losses) == 2
+    assert sum(result.report.noise_counts.values()) == result.report.traces == 6
+    assert (result.path / "bootstrap.json").is_file() and any("step 2/2" in line for line in lines)
+    started = time.perf_counter()
+    again = bootstrap(TINY, small_data, tmp_path / "models")
+    assert again.cached and again.path == result.path and time.perf_counter() - started < 1.0
+    assert again.report == result.report
+    other = bootstrap(TINY.model_copy(update={"seed": 1}), small_data, tmp_path / "models")
+    assert other.path != result.path and not other.cached
+
+    model, tokenizer = load_policy(result.path)
+    [task] = [t for t in load_tasks(small_data) if t.split == "heldout"]
+    engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=2, torch_threads=1))
+    try:
+        trajectories = asyncio.run(
+            run_group(task, local_envs(task, small_data / "worlds", APPS), EngineCompletions(engine), tokenizer,
+                      harness_config(TINY), group_id="g", n=2)
+        )  # fmt: skip
+    finally:
+        engine.close()
+    assert [t.sample_index for t in trajectories] == [0, 1]
+    for trajectory in trajectories:
+        assert isinstance(trajectory, Trajectory) and trajectory.error_class != "retryable_infra"
+        assert trajectory.stop_reason in set(StopReason) and len(trajectory.tokens) > trajectory.prompt_len
+        assert len(trajectory.loss_mask) == len(trajectory.tokens) == len(trajectory.logprobs)
+
+
+@pytest.mark.slow
+def test_default_bootstrap_leaves_room_for_rl(tmp_path):
+    data = tmp_path / "data"
+    build_environment(data)
+    report = bootstrap(BootstrapSpec(), data, tmp_path / "models", progress=print).report
+    toy = {row.split: row for row in report.eval or [] if row.tier == "toy"}
+    assert 0.2 < toy["train"].pass_at_1 < 0.95
+    assert toy["train"].copy_accuracy is not None and toy["train"].copy_accuracy > 0.8

@@ -1,0 +1,381 @@
+"""The local profile's base model: a tiny Qwen3 taught by supervised imitation of (noisy) oracle trajectories.
+
+No model hub is reachable, so the "pretrained base" that RL improves is built here, deterministically from a seed:
+
+1. tasks: the data folder's tasks of ``spec.tiers`` whose oracles only use ``spec.apps`` (train split for training,
+   both splits for the Pass@1 report);
+2. traces: ``traces_per_task`` per train task, each the oracle's trace or — with the noise rates — a trace whose
+   first call is a wrong tool / file / argument, answered with what that call really returned (``trainer.traces``);
+3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
+4. layout: every trace rendered exactly as the harness (compact tool listing) records a rollout; a few are replayed
+   through ``run_agent`` and must match token for token;
+5. model: ``build_tiny_model``, then next-token loss on assistant tokens only (``trainer.sft``);
+6. report: Pass@1 per tier × split from real rollouts through our engine (``trainer.rollout_eval``).
+
+Everything lands in ``<out>/<hash>/`` — a policy folder (``save_policy``) plus ``bootstrap.json`` (spec, hash, steps,
+losses, timings, noise counts, eval). The hash covers the spec, the task files, the environment manifest and
+``BOOTSTRAP_VERSION``; a second call with the same inputs reads ``bootstrap.json`` and returns at once.
+
+The noise is what leaves room for RL: the clean and noisy traces of a prompt differ only in the call made, so the
+base copies values well and picks the right call with probability ≈ 1 − Σ noise rates; GRPO can sharpen that choice.
+
+    result = bootstrap(BootstrapSpec(seed=0), data=Path("data"), out=Path("models/base"), progress=print)
+    model, tokenizer = load_policy(result.path)
+
+Command: ``recipe model bootstrap [--data data] [--out models/base] [--seed 0] [--steps N]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envs.apps import TOOLS, World
+from envs.build import load_tasks
+from envs.check import fork_world
+from envs.harness.agent import HarnessConfig
+from envs.harness.chat import ToolListing, compact_system_prompt
+from envs.harness.tools import LocalToolSession
+from envs.oracle import require_oracle
+from envs.types import Split, TaskSpec, Tier
+from trainer.engine import Engine, EngineConfig
+from trainer.model import TinyModelSpec, build_tiny_model, load_policy, save_policy
+from trainer.rollout_eval import PassRow, evaluate_pass_at_1
+from trainer.sft import SftConfig, train_sft
+from trainer.tokenizer import special_token_ids, train_tokenizer
+from trainer.traces import (
+    NoiseKind,
+    TokenizedTrace,
+    Trace,
+    check_parity,
+    draw_noise,
+    noise_candidates,
+    noisy_trace,
+    oracle_trace,
+    render_trace,
+)
+
+BOOTSTRAP_VERSION = "bootstrap-v1"
+"""Part of the cache key: bump it when tokenizer training, trace rendering or training change what they produce."""
+REPORT_FILE = "bootstrap.json"
+WORLD_TEXT_SUFFIXES = (".txt", ".md", ".csv", ".json")
+
+Progress = Callable[[str], None]
+
+
+class NoiseRates(BaseModel):
+    """Probability that a training trace's first call is wrong in each way (the rest are oracle traces)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wrong_tool: float = Field(0.10, ge=0, le=1)
+    wrong_file: float = Field(0.08, ge=0, le=1)
+    wrong_argument: float = Field(0.07, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> NoiseRates:
+        if sum(self.by_kind().values()) > 1:
+            raise ValueError(f"noise rates sum to {sum(self.by_kind().values()):g}; they must sum to at most 1")
+        return self
+
+    def by_kind(self) -> dict[NoiseKind, float]:
+        return {kind: getattr(self, kind.value) for kind in NoiseKind}
+
+
+class BootstrapSpec(BaseModel):
+    """Everything that decides the base model (the cache key hashes it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # core
+    seed: int = 0
+    model: TinyModelSpec = TinyModelSpec(max_position=1024)
+    vocab_size: int = Field(2048, ge=300)
+    tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
+    apps: tuple[str, ...] = Field(("filesystem", "sheets"), min_length=1)
+    noise: NoiseRates = NoiseRates()
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    max_wall_seconds: float = Field(300.0, gt=0, description="training stops (recorded) past this wall time")
+    # advanced
+    traces_per_task: int = Field(16, ge=1, description="training traces drawn per train task (noise drawn per trace)")
+    warmup_steps: int = Field(20, ge=0)
+    log_every: int = Field(50, ge=1)
+    parity_checks: int = Field(4, ge=0, description="traces replayed through run_agent (clean and noisy)")
+    eval_samples: int = Field(4, ge=0, description="sampled rollouts per task for Pass@1 (0: no eval)")
+    max_tokens_per_turn: int = Field(96, ge=1)
+    max_turns: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _known_apps(self) -> BootstrapSpec:
+        known = sorted({tool.app for tool in TOOLS.values()})
+        unknown = sorted(set(self.apps) - set(known))
+        if unknown:
+            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(known)}")
+        return self
+
+
+class BootstrapReport(BaseModel):
+    spec: BootstrapSpec
+    hash: str
+    version: str = BOOTSTRAP_VERSION
+    train_tasks: int
+    eval_tasks: int
+    traces: int
+    noise_counts: dict[str, int]  # "clean" and each NoiseKind, over the training traces
+    mean_tokens: float
+    steps_done: int
+    stopped_early: bool
+    losses: list[float]
+    final_loss: float
+    timings: dict[str, float]  # seconds per phase
+    eval: list[PassRow] | None
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    path: Path  # the policy folder (load_policy(path)); bootstrap.json inside
+    report: BootstrapReport
+    cached: bool
+
+
+def harness_config(spec: BootstrapSpec) -> HarnessConfig:
+    """The harness the base is trained for and evaluated with: compact tool listing, short turns."""
+    return HarnessConfig(
+        tool_listing=ToolListing.COMPACT,
+        max_turns=spec.max_turns,
+        max_tokens_per_turn=spec.max_tokens_per_turn,
+        context_budget_tokens=spec.model.max_position,
+        temperature=1.0,
+        seed=spec.seed,
+        agent_timeout_s=120.0,
+    )
+
+
+def content_hash(spec: BootstrapSpec, data: Path) -> str:
+    """sha256 over the version constant, the spec's JSON, the task files and the environment manifest (16 hex)."""
+    digest = hashlib.sha256(BOOTSTRAP_VERSION.encode())
+    digest.update(spec.model_dump_json().encode())
+    for part in (
+        data / "tasks" / f"{Split.TRAIN}.jsonl",
+        data / "tasks" / f"{Split.HELDOUT}.jsonl",
+        data / "manifest.json",
+    ):
+        if not part.is_file():
+            raise FileNotFoundError(
+                f"{part} is missing: build the environment first (recipe envs generate --out {data})"
+            )
+        digest.update(part.name.encode() + b"\0" + part.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def offered_tools(apps: Sequence[str]) -> list[str]:
+    """Registry names of the tools a session over ``apps`` offers (sorted, as ``LocalToolSession`` lists them)."""
+    return sorted(name for name, tool in TOOLS.items() if tool.app in apps)
+
+
+def select_tasks(tasks: Sequence[TaskSpec], spec: BootstrapSpec) -> list[TaskSpec]:
+    """Tasks of ``spec.tiers`` whose oracle calls only tools of ``spec.apps``."""
+    offered = set(offered_tools(spec.apps))
+    chosen = [
+        task
+        for task in tasks
+        if task.tier in spec.tiers and task.oracle and {step.tool for step in require_oracle(task).steps} <= offered
+    ]
+    if not chosen:
+        raise ValueError(f"no task of tiers {list(spec.tiers)} can be solved with the apps {list(spec.apps)}")
+    return chosen
+
+
+def draw_traces(task: TaskSpec, world: World, spec: BootstrapSpec) -> list[Trace]:
+    """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed."""
+    offered = offered_tools(spec.apps)
+    rates = spec.noise.by_kind()
+    clean = oracle_trace(task, world)
+    candidates = {kind: noise_candidates(task, world, kind, offered) for kind, rate in rates.items() if rate > 0}
+    applicable = {kind for kind, calls in candidates.items() if calls}
+    wrong: dict[str, Trace] = {}  # one tool call per distinct wrong call
+    traces = []
+    for index in range(spec.traces_per_task):
+        rng = random.Random(f"{spec.seed}:{task.task_id}:{index}")
+        kind = draw_noise(rng, rates, applicable)
+        if kind is None:
+            traces.append(clean)
+            continue
+        call = rng.choice(candidates[kind])
+        key = json.dumps([kind, call], sort_keys=True)
+        if key not in wrong:
+            wrong[key] = noisy_trace(task, world, kind, call)
+        traces.append(wrong[key])
+    return traces
+
+
+def _world_texts(worlds_root: Path) -> list[str]:
+    return [
+        path.read_text(errors="replace")
+        for path in sorted(worlds_root.glob("*/filesystem/**/*"))
+        if path.is_file() and path.suffix in WORLD_TEXT_SUFFIXES
+    ]
+
+
+def tokenizer_corpus(
+    worlds_root: Path, tasks: Sequence[TaskSpec], traces: Sequence[Trace], system_text: str
+) -> list[str]:
+    """World text files, task prompts, the system prompt and every trace's assistant turns and observations."""
+    trace_texts = [text for trace in traces for text in trace.assistant_texts()]
+    observations = [call.observation for trace in traces for call in trace.calls]
+    return [*_world_texts(worlds_root), *(t.prompt for t in tasks), system_text, *trace_texts, *observations]
+
+
+def _write_json_atomic(path: Path, payload: str) -> None:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as tmp:
+        tmp.write(payload)
+    os.replace(tmp.name, path)
+
+
+def _log(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def load_cached(out: Path, spec: BootstrapSpec, data: Path) -> BootstrapResult | None:
+    """The finished bootstrap for these inputs, if ``<out>/<hash>/bootstrap.json`` exists."""
+    path = out / content_hash(spec, data)
+    report_file = path / REPORT_FILE
+    if not report_file.is_file():
+        return None
+    return BootstrapResult(path, BootstrapReport.model_validate_json(report_file.read_text()), cached=True)
+
+
+def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | None = None) -> BootstrapResult:
+    """Build (or reuse) the base model for ``spec`` over the environment in ``data``; see the module docstring."""
+    cached = load_cached(out, spec, data)
+    if cached is not None:
+        _log(progress, f"cached base model: {cached.path}")
+        return cached
+    key = content_hash(spec, data)
+    worlds_root = data / "worlds"
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+
+    tasks = select_tasks(load_tasks(data), spec)
+    train_tasks = [task for task in tasks if task.split is Split.TRAIN]
+    if not train_tasks:
+        raise ValueError(f"no train-split task among the {len(tasks)} selected tasks")
+    config = harness_config(spec)
+    with tempfile.TemporaryDirectory(prefix="bootstrap-worlds-") as scratch:
+        worlds = {
+            task.task_id: World(fork_world(worlds_root / task.world_id, Path(scratch) / task.task_id))
+            for task in train_tasks
+        }
+        traces_by_task = {task.task_id: draw_traces(task, worlds[task.task_id], spec) for task in train_tasks}
+        tool_specs = asyncio.run(_list_tools(spec.apps))
+        traces = [trace for task in train_tasks for trace in traces_by_task[task.task_id]]
+        timings["traces_s"] = time.perf_counter() - started
+        _log(progress, f"{len(traces)} traces of {len(train_tasks)} train tasks in {timings['traces_s']:.1f} s")
+
+        mark = time.perf_counter()
+        system_text = compact_system_prompt(config.system_prompt, tool_specs)
+        tokenizer = train_tokenizer(tokenizer_corpus(worlds_root, train_tasks, traces, system_text), spec.vocab_size)
+        by_id = {task.task_id: task for task in train_tasks}
+        rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
+        examples = []
+        for trace in traces:
+            if id(trace) not in rendered:
+                rendered[id(trace)] = render_trace(tokenizer, by_id[trace.task_id], trace, tool_specs, config)
+            examples.append(rendered[id(trace)])
+        asyncio.run(_check_parity_sample(tokenizer, traces, by_id, rendered, worlds_root, spec, config))
+        timings["tokenize_s"] = time.perf_counter() - mark
+    mean_tokens = sum(len(e.tokens) for e in examples) / len(examples)
+    _log(progress, f"tokenizer {len(tokenizer)} tokens; traces average {mean_tokens:.0f} tokens; parity checked")
+
+    mark = time.perf_counter()
+    model = build_tiny_model(
+        spec.model.model_copy(update={"seed": spec.seed}), len(tokenizer), special_token_ids(tokenizer)
+    )
+    sft = SftConfig(
+        steps=spec.steps,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        warmup_steps=spec.warmup_steps,
+        seed=spec.seed,
+        max_wall_seconds=spec.max_wall_seconds,
+        log_every=spec.log_every,
+    )
+    result = train_sft(model, examples, sft, pad_id=int(tokenizer.pad_token_id), progress=progress)
+    timings["train_s"] = time.perf_counter() - mark
+    path = save_policy(model, tokenizer, out / key)
+
+    mark = time.perf_counter()
+    rows = evaluate_policy(path, tasks, worlds_root, spec) if spec.eval_samples else None
+    timings["eval_s"] = time.perf_counter() - mark
+    timings["total_s"] = time.perf_counter() - started
+    noise_counts = Counter(str(trace.noise or "clean") for trace in traces)
+    report = BootstrapReport(
+        spec=spec,
+        hash=key,
+        train_tasks=len(train_tasks),
+        eval_tasks=len(tasks) if rows else 0,
+        traces=len(traces),
+        noise_counts=dict(sorted(noise_counts.items())),
+        mean_tokens=mean_tokens,
+        steps_done=result.steps_done,
+        stopped_early=result.stopped_early,
+        losses=result.losses,
+        final_loss=result.final_loss,
+        timings={name: round(seconds, 2) for name, seconds in timings.items()},
+        eval=rows,
+    )
+    _write_json_atomic(path / REPORT_FILE, report.model_dump_json(indent=2))
+    return BootstrapResult(path, report, cached=False)
+
+
+async def _list_tools(apps: Sequence[str]) -> list[dict[str, Any]]:
+    # The listing does not depend on the world; a session over an empty one gives the names and schemas.
+    return await LocalToolSession(World(Path(".")), apps=apps).list_tools()
+
+
+async def _check_parity_sample(
+    tokenizer,
+    traces: Sequence[Trace],
+    tasks_by_id: dict[str, TaskSpec],
+    rendered: dict[int, TokenizedTrace],
+    worlds_root: Path,
+    spec: BootstrapSpec,
+    config: HarnessConfig,
+) -> None:
+    """Replay the first ``parity_checks`` distinct traces, noisy ones first, on fresh world copies."""
+    distinct = list({id(trace): trace for trace in traces}.values())
+    sample = sorted(distinct, key=lambda trace: trace.noise is None)[: spec.parity_checks]
+    with tempfile.TemporaryDirectory(prefix="bootstrap-parity-") as scratch:
+        for index, trace in enumerate(sample):
+            task = tasks_by_id[trace.task_id]
+            world = World(fork_world(worlds_root / task.world_id, Path(scratch) / str(index)))
+            await check_parity(tokenizer, task, trace, rendered[id(trace)], world, spec.apps, config)
+
+
+def evaluate_policy(policy: Path, tasks: Sequence[TaskSpec], worlds_root: Path, spec: BootstrapSpec) -> list[PassRow]:
+    """Pass@1 rows of the saved policy (loaded back, so the artifact itself is what is measured)."""
+    model, tokenizer = load_policy(policy)
+    engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=64, max_model_len=spec.model.max_position))
+    try:
+        return asyncio.run(
+            evaluate_pass_at_1(
+                engine, tokenizer, tasks, worlds_root, spec.apps, harness_config(spec), spec.eval_samples
+            )
+        )
+    finally:
+        engine.close()
