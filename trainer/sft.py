@@ -86,12 +86,14 @@ def masked_nll(model: PreTrainedModel, tokens_BT: Tensor, mask_BT: Tensor) -> Te
 
     Right padding needs no attention mask: causal attention never lets a real token see the padding after it.
     """
-    logits = model(input_ids=tokens_BT[:, :-1]).logits
-    nll_BT = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), tokens_BT[:, 1:].reshape(-1), reduction="none"
-    ).view_as(mask_BT[:, 1:])
-    weights = mask_BT[:, 1:]
-    return (nll_BT * weights).sum() / weights.sum().clamp_min(1.0)
+    hidden_BTH = model.model(input_ids=tokens_BT[:, :-1]).last_hidden_state
+    # Project to the vocabulary only where the loss looks: assistant tokens are a small share of a trace, and the
+    # output layer is the largest matmul of a tiny model.
+    targets = mask_BT[:, 1:].bool()
+    logits_NV = model.lm_head(hidden_BTH[targets])
+    if logits_NV.shape[0] == 0:
+        return logits_NV.sum()  # no target in the batch: zero loss that still has a graph
+    return torch.nn.functional.cross_entropy(logits_NV.float(), tokens_BT[:, 1:][targets])
 
 
 def train_sft(
