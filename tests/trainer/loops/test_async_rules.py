@@ -1,0 +1,180 @@
+"""Async-loop rules with a stub runtime (no model): admission by hand, refill of dropped groups, staleness bound,
+cursor resume; and the weight-sync ordering of ``push_weights``."""
+
+import asyncio
+import random
+from collections import deque
+
+import pytest
+
+from envs.types import Trajectory
+from trainer.local import StepMetrics
+from trainer.loops.async_loop import (
+    AsyncLoopConfig,
+    StreamCursor,
+    admission_capacity,
+    run_async,
+    staleness,
+)
+from trainer.loops.common import LoopHistory, task_at
+from trainer.loops.engine_adapter import push_weights
+
+
+@pytest.mark.parametrize(
+    ("workers", "running", "s", "step", "b", "accepted", "expected"),
+    [
+        (8, 0, 1, 1, 4, 0, 8),  # min(8 − 0, (1+1)·4 − 0) = min(8, 8)
+        (8, 3, 1, 1, 4, 2, 3),  # min(5, 8 − 5 = 3)
+        (8, 2, 1, 1, 4, 6, 0),  # min(6, 8 − 8 = 0): the staleness bound closes admission
+        (2, 2, 3, 5, 16, 0, 0),  # every worker busy
+        (8, 0, 0, 3, 4, 8, 4),  # S = 0: step 3 may start exactly its own 4 groups: min(8, 12 − 8)
+        (8, 0, 0, 3, 4, 12, 0),
+    ],
+)
+def test_admission_capacity_by_hand(workers, running, s, step, b, accepted, expected):
+    assert admission_capacity(workers, running, s, step, b, accepted) == expected
+
+
+def test_staleness_uses_the_oldest_version_and_the_offset():
+    t = Trajectory(task_id="t", group_id="g", weight_versions=[2, 3])
+    assert staleness(5, t, version_offset=0) == 3  # 5 − 2
+    assert staleness(5, t, version_offset=1) == 2  # resumed at step 1: engine version 2 is trainer step 3
+    assert staleness(5, Trajectory(task_id="t", group_id="g"), 0) == 0
+
+
+class StubRuntime:
+    """Groups of 4 rollouts whose rewards tie at every 3rd position (dropped); generation takes random short
+    times; the 'engine' version is the number of pushes, read when a group finishes (its newest possible weights
+    would make staleness smaller, so the check is on the version at *start*, the worst case)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.version = 0
+        self.version_offset = 0
+        self.rng = random.Random(seed)
+        self.trained_positions: list[int] = []
+        self.generated: list[int] = []
+
+    async def generate(self, position: int) -> list[Trajectory]:
+        started_version = self.version
+        self.generated.append(position)
+        await asyncio.sleep(self.rng.uniform(0.0, 0.004))
+        rewards = [0.0] * 4 if position % 3 == 2 else [0.0, 1.0, 1.0, 0.0]
+        return [
+            Trajectory(
+                task_id=f"t{position}",
+                group_id=f"p{position}",
+                tokens=[1, 2, 3],
+                loss_mask=[0, 1, 1],
+                logprobs=[0.0, -1.0, -1.0],
+                prompt_len=1,
+                reward=r,
+                weight_versions=[started_version],
+            )
+            for r in rewards
+        ]
+
+    async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
+        self.trained_positions.extend(sorted({int(t.group_id[1:]) for t in trajectories}))
+        await asyncio.sleep(0.003)
+        zero = dict.fromkeys(["loss", "grad_norm", "entropy", "logprob_abs_diff_mean", "logprob_abs_diff_max"], 0.0)
+        timings = dict.fromkeys(["tokens_per_s", "forward_s", "backward_s", "optimizer_s", "step_s"], 0.0)
+        return StepMetrics(
+            step=0, lr=0.0, token_shares={}, reward_mean=0.5, trajectories=len(trajectories), groups_dropped=0,
+            tokens=0, loss_tokens=0, micro_batches=1, **zero, **timings,
+        )  # fmt: skip
+
+    async def push(self) -> int:
+        self.version += 1
+        return self.version
+
+    async def evaluate(self) -> tuple[float, float]:
+        return 0.0, 0.0
+
+    async def checkpoint(self, step: int, cursor: dict) -> None:
+        self.saved = (step, cursor)
+
+
+def _run(runtime: StubRuntime, config: AsyncLoopConfig, tmp_path, start=0, cursor=None) -> LoopHistory:
+    history = LoopHistory(kind="async")
+    return asyncio.run(run_async(runtime, config, start, cursor or StreamCursor(), history, tmp_path))
+
+
+@pytest.mark.parametrize("max_staleness", [0, 1, 2])
+def test_staleness_stays_within_the_bound_and_dropped_groups_are_refilled(tmp_path, max_staleness):
+    config = AsyncLoopConfig(prompts_per_step=4, steps=6, workers=6, max_staleness=max_staleness, checkpoint_every=0)
+    runtime = StubRuntime()
+    history = _run(runtime, config, tmp_path)
+    assert [r.step for r in history.steps] == [1, 2, 3, 4, 5, 6]
+    assert all(len(r.positions) == 4 for r in history.steps)  # every batch refilled to B groups
+    trained = [p for r in history.steps for p in r.positions]
+    assert not [p for p in trained if p % 3 == 2]  # zero-variance groups never reach the trainer
+    assert sum(r.groups_dropped for r in history.steps) >= 6 * 4 // 2 - 1  # every 3rd group tied
+    assert max(r.staleness_max for r in history.steps) <= max_staleness
+    if max_staleness == 0:
+        assert all(r.staleness_max == 0 for r in history.steps)
+
+
+def test_more_staleness_lets_generation_run_ahead(tmp_path):
+    stale = [0, 2]
+    spreads = []
+    for s in stale:
+        runtime = StubRuntime(seed=1)
+        config = AsyncLoopConfig(prompts_per_step=4, steps=6, workers=8, max_staleness=s, checkpoint_every=0)
+        history = _run(runtime, config, tmp_path)
+        spreads.append(max(r.staleness_max for r in history.steps))
+    assert spreads[0] == 0 and spreads[1] >= 1  # with S = 2, some groups were generated on older weights
+
+
+def test_checkpoint_cursor_resumes_pending_positions_first(tmp_path):
+    config = AsyncLoopConfig(prompts_per_step=4, steps=3, workers=8, max_staleness=2, checkpoint_every=3)
+    runtime = StubRuntime()
+    _run(runtime, config, tmp_path)
+    step, saved = runtime.saved
+    assert step == 3
+    cursor = StreamCursor.from_json(saved)
+    trained = set(runtime.trained_positions)
+    dropped = {p for p in runtime.generated if p % 3 == 2}
+    # pending = started but neither trained nor dropped; everything before `next` is accounted for
+    assert set(saved["pending"]) == set(range(saved["next"])) - trained - dropped
+    assert [cursor.take() for _ in range(len(saved["pending"]) + 1)] == [*saved["pending"], saved["next"]]
+
+
+def test_cursor_rejects_a_foreign_value():
+    with pytest.raises(ValueError, match="async-loop cursor"):
+        StreamCursor.from_json(17)
+    assert StreamCursor(5, deque([1, 3])).to_json({2}) == {"next": 5, "pending": [1, 2, 3]}
+
+
+def test_task_stream_is_a_fresh_permutation_per_epoch_and_reproducible():
+    first = [task_at(i, 5, seed=3) for i in range(10)]
+    assert sorted(first[:5]) == sorted(first[5:]) == [0, 1, 2, 3, 4]
+    assert first == [task_at(i, 5, seed=3) for i in range(10)]
+    assert first != [task_at(i, 5, seed=4) for i in range(10)]
+
+
+class RecordingSync:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+
+    async def pause(self) -> None:
+        self.calls.append("pause")
+
+    async def update_weights(self, source) -> int:
+        self.calls.append("update")
+        if self.fail:
+            raise RuntimeError("load failed")
+        return 7
+
+    async def resume(self) -> None:
+        self.calls.append("resume")
+
+
+def test_push_weights_pauses_updates_then_resumes_even_on_failure():
+    sync = RecordingSync()
+    assert asyncio.run(push_weights(sync, object())) == 7
+    assert sync.calls == ["pause", "update", "resume"]
+    failing = RecordingSync(fail=True)
+    with pytest.raises(RuntimeError, match="load failed"):
+        asyncio.run(push_weights(failing, object()))
+    assert failing.calls == ["pause", "update", "resume"]
