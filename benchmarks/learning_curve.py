@@ -21,7 +21,6 @@ sync) and the async trainer's idle share (Σ wait_for_generation_buffer / wall).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -32,13 +31,11 @@ from envs.build import ensure_environment, load_tasks
 from envs.types import Split
 from trainer.algorithms import AlgorithmConfig
 from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness_config, select_tasks
-from trainer.engine import Engine
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord, SyncLoopConfig, run_async_loop, run_sync_loop
-from trainer.loops.common import CHECKPOINTS, LoopConfig, TaskFilter, default_envs, evaluate_reward, tasks_with_variance
-from trainer.loops.engine_adapter import InProcessEngine
-from trainer.model import load_policy
+from trainer.loops.common import CHECKPOINTS, TaskFilter
+from trainer.loops.local_run import evaluate_policy_dir, overfit_subset
 
 WINDOW = 5
 
@@ -52,34 +49,6 @@ def time_to(history: LoopHistory, target: float) -> float | None:
     """Wall seconds at the first step whose moving-average train reward reaches ``target`` (None: never)."""
     smooth = moving_average([r.reward_mean for r in history.steps])
     return next((r.wall_s for r, s in zip(history.steps, smooth, strict=True) if s >= target), None)
-
-
-def evaluate_policy(policy_dir: Path, config: LoopConfig, worlds_root: Path, tasks: list) -> tuple[float, float]:
-    """(mean reward, pass rate) of a saved policy on ``tasks``, ``config.eval_samples`` rollouts each."""
-    model, tokenizer = load_policy(policy_dir)
-    with Engine(model, tokenizer, config.engine_config()) as engine:
-        return asyncio.run(
-            evaluate_reward(
-                tasks,
-                default_envs(worlds_root, config.apps),
-                InProcessEngine(engine),
-                tokenizer,
-                config.harness,
-                n=config.eval_samples,
-                seed=config.seed + 1,
-            )
-        )
-
-
-def screen_tasks(policy_dir: Path, config: LoopConfig, worlds_root: Path, tasks: list, n: int) -> list:
-    """The tasks on which the policy's ``n`` rollouts disagree (``tasks_with_variance``)."""
-    model, tokenizer = load_policy(policy_dir)
-    envs_for = default_envs(worlds_root, config.apps)
-    with Engine(model, tokenizer, config.engine_config()) as engine:
-        client = InProcessEngine(engine)
-        return asyncio.run(
-            tasks_with_variance(tasks, envs_for, client, tokenizer, config.harness, n=n, seed=config.seed + 2)
-        )
 
 
 def print_step(name: str):
@@ -153,7 +122,7 @@ def main() -> None:
         max_num_seqs=max(args.prompts, args.workers) * args.samples,
     )
     screen_config = SyncLoopConfig(**common | {"tasks": TaskFilter(tier=None, split=None)})
-    varied = screen_tasks(base_dir, screen_config, worlds, candidates, args.eval_samples)
+    varied = overfit_subset(base_dir, screen_config, worlds, candidates, len(candidates), args.eval_samples)
     train = varied[: args.tasks]
     print(f"{len(varied)} of {len(candidates)} train tasks have reward variance under the base", flush=True)
     common["tasks"] = TaskFilter(tier=None, split=None, ids=tuple(t.task_id for t in train))
@@ -161,7 +130,7 @@ def main() -> None:
     async_config = AsyncLoopConfig(**common, workers=args.workers, max_staleness=args.staleness)
 
     print(f"base {base_dir}  tasks {len(train)}  {args.prompts}×{args.samples} per step  lr {args.lr:g}", flush=True)
-    base_reward, base_pass = evaluate_policy(base_dir, sync_config, worlds, train)
+    base_reward, base_pass = evaluate_policy_dir(base_dir, sync_config, worlds, train)
     print(f"base eval: reward {base_reward:.3f}  pass {base_pass:.3f}", flush=True)
 
     histories: dict[str, LoopHistory] = {}
@@ -170,7 +139,7 @@ def main() -> None:
         print(f"{name} loop:", flush=True)
         histories[name] = run(base_dir, train, worlds, config, out / name, print_step(name))
         final = latest_checkpoint(out / name / CHECKPOINTS)
-        finals[name] = evaluate_policy(final / POLICY_DIR, config, worlds, train)
+        finals[name] = evaluate_policy_dir(final / POLICY_DIR, config, worlds, train)
         print(f"{name} eval after {args.steps} steps: reward {finals[name][0]:.3f}  pass {finals[name][1]:.3f}")
 
     sync_best = max(moving_average([r.reward_mean for r in histories["sync"].steps]))
