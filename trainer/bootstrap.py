@@ -67,7 +67,10 @@ from trainer.traces import (
     render_trace,
 )
 
-BOOTSTRAP_VERSION = "bootstrap-v1"
+BOOTSTRAP_VERSION = "bootstrap-v2"
+# Every prompt token costs a tiny model's training time: the base gets a one-line instruction, and the tool listing
+# (signatures only) follows it.
+SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
 """Part of the cache key: bump it when tokenizer training, trace rendering or training change what they produce."""
 REPORT_FILE = "bootstrap.json"
 WORLD_TEXT_SUFFIXES = (".txt", ".md", ".csv", ".json")
@@ -106,10 +109,14 @@ class BootstrapSpec(BaseModel):
     tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
     apps: tuple[str, ...] = Field(("filesystem", "sheets"), min_length=1)
     noise: NoiseRates = NoiseRates()
-    steps: int = Field(600, ge=1)
+    tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
+    system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
+    steps: int = Field(450, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(3e-3, gt=0)
-    max_wall_seconds: float = Field(300.0, gt=0, description="training stops (recorded) past this wall time")
+    max_wall_seconds: float = Field(
+        1800.0, gt=0, description="safety stop (recorded in the report); the step count, not this, should end training"
+    )
     # advanced
     traces_per_task: int = Field(16, ge=1, description="training traces drawn per train task (noise drawn per trace)")
     warmup_steps: int = Field(20, ge=0)
@@ -155,7 +162,8 @@ class BootstrapResult:
 def harness_config(spec: BootstrapSpec) -> HarnessConfig:
     """The harness the base is trained for and evaluated with: compact tool listing, short turns."""
     return HarnessConfig(
-        tool_listing=ToolListing.COMPACT,
+        tool_listing=spec.tool_listing,
+        system_prompt=spec.system_prompt,
         max_turns=spec.max_turns,
         max_tokens_per_turn=spec.max_tokens_per_turn,
         context_budget_tokens=spec.model.max_position,
@@ -288,7 +296,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
         _log(progress, f"{len(traces)} traces of {len(train_tasks)} train tasks in {timings['traces_s']:.1f} s")
 
         mark = time.perf_counter()
-        system_text = compact_system_prompt(config.system_prompt, tool_specs)
+        system_text = compact_system_prompt(config.system_prompt, tool_specs, config.tool_listing)
         tokenizer = train_tokenizer(tokenizer_corpus(worlds_root, train_tasks, traces, system_text), spec.vocab_size)
         by_id = {task.task_id: task for task in train_tasks}
         rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once

@@ -45,6 +45,7 @@ class ToolListing(StrEnum):
 
     FULL = "full"  # JSON schemas in the OpenAI function format, rendered by the chat template's ``tools`` argument
     COMPACT = "compact"  # one ``name(arg, arg=default): first sentence`` line per tool in the system prompt text
+    SIGNATURES = "signatures"  # one ``name(arg, arg=default)`` line per tool: the shortest listing, for tiny models
 
 
 COMPACT_CALL_FORMAT = (
@@ -54,7 +55,7 @@ COMPACT_CALL_FORMAT = (
 _SENTENCE_END = re.compile(r"(?<![Ee]\.g\.)(?<![Ii]\.e\.)(?<=[.!?])\s")
 
 
-def compact_tool_line(tool: Mapping[str, Any]) -> str:
+def compact_tool_line(tool: Mapping[str, Any], describe: bool = True) -> str:
     """``name(arg1, arg2=default): first sentence of description`` for one ``{name, description, input_schema}``.
 
     Required arguments come bare, optional ones with their JSON default (``=null`` when the schema gives none); the
@@ -69,12 +70,14 @@ def compact_tool_line(tool: Mapping[str, Any]) -> str:
     paragraph = " ".join(str(tool.get("description", "")).strip().split("\n\n")[0].split())
     sentence = _SENTENCE_END.split(paragraph, maxsplit=1)[0]
     signature = f"{tool['name']}({', '.join(arguments)})"
-    return f"{signature}: {sentence}" if sentence else signature
+    return f"{signature}: {sentence}" if sentence and describe else signature
 
 
-def compact_system_prompt(system_prompt: str, tools: Sequence[Mapping[str, Any]]) -> str:
+def compact_system_prompt(
+    system_prompt: str, tools: Sequence[Mapping[str, Any]], listing: ToolListing = ToolListing.COMPACT
+) -> str:
     """The system prompt followed by a ``# Tools`` section, one line per tool, and the call format."""
-    lines = "\n".join(compact_tool_line(t) for t in tools)
+    lines = "\n".join(compact_tool_line(t, describe=listing is ToolListing.COMPACT) for t in tools)
     return f"{system_prompt}\n\n# Tools\n{lines}\n\n{COMPACT_CALL_FORMAT}"
 
 
@@ -129,7 +132,7 @@ def prompt_ids(
         return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools)))
     if not messages or messages[0].get("role") != "system":
         raise ValueError("the compact tool listing goes into the system message; the first message must be one")
-    system = {**messages[0], "content": compact_system_prompt(str(messages[0].get("content", "")), tools)}
+    system = {**messages[0], "content": compact_system_prompt(str(messages[0].get("content", "")), tools, listing)}
     return encode(tokenizer, render(tokenizer, [system, *messages[1:]], add_generation_prompt=True))
 
 

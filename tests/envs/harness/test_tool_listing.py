@@ -42,3 +42,7 @@ def test_compact_prompt_lists_tools_in_the_system_text(tokenizer):
 def test_harness_default_stays_full():
     assert HarnessConfig().tool_listing is ToolListing.FULL
     assert HarnessConfig(tool_listing="compact").tool_listing is ToolListing.COMPACT
+
+
+def test_signatures_listing_keeps_only_names_and_arguments():
+    assert compact_tool_line(TOOLS[0], describe=False) == "sheets_read_cell(path, cell)"
