@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# The local profile end to end, as far as it goes today: worlds + tasks, every oracle through the MCP gateway in
+# sandboxes, the tiny base model (bootstrap, cached), then GRPO on its overfit subset with before/after reward.
 demo: install
-	$(VENV)/bin/recipe envs check --transport stdio
+	$(VENV)/bin/recipe envs check --data data --transport stdio
+	$(VENV)/bin/recipe model bootstrap --data data --out models/base
+	$(VENV)/bin/recipe train run --loop sync --data data --steps 12
 
 test: install
 	$(PY) -m pytest
