@@ -26,6 +26,7 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -151,6 +152,9 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Path) -> li
     ``writable`` bound read-write. The order matters: later mounts cover earlier ones, so the world is bound after the
     tmpfs on /tmp (worlds often live under /tmp)."""
     world = str(writable.resolve())
+    # The private /tmp would hide an interpreter or a checkout that lives under /tmp (CI clones often do): bind them
+    # back read-only before the world.
+    runtime = [arg for path in _runtime_roots() for arg in ("--ro-bind", path, path)]
     return [
         bwrap,
         "--unshare-all",
@@ -159,11 +163,21 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Path) -> li
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
+        *runtime,
         "--bind", world, world,
         "--chdir", str(cwd.resolve()),
         "--",
         *argv,
     ]  # fmt: skip
+
+
+@functools.cache
+def _runtime_roots() -> tuple[str, ...]:
+    """Folders sandboxed code needs to read that a tmpfs on /tmp could cover: the venv, the base interpreter and this
+    checkout (an editable install imports ``envs`` from it)."""
+    checkout = Path(__file__).resolve().parents[2]
+    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), checkout}
+    return tuple(sorted(str(root) for root in roots if root.is_relative_to("/tmp")))
 
 
 @functools.cache
