@@ -117,3 +117,14 @@ def test_app_path_checks_refuse_paths_outside_the_world(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="leaves the world root"):
         call_tool(World(tmp_path / "w"), "filesystem.write_file", {"path": "../escape.txt", "content": "x"})
     assert not (tmp_path / "w" / "escape.txt").exists()
+
+
+def test_bwrap_binds_runtime_roots_back_over_the_private_tmp(monkeypatch, tmp_path):
+    """A venv or checkout under /tmp (CI clones) must stay visible under bwrap's tmpfs on /tmp, the world writable."""
+    from envs.sandbox import limits
+
+    monkeypatch.setattr(limits, "_runtime_roots", lambda: ("/tmp/clone/.venv",))
+    argv = limits.bwrap_argv("bwrap", ["python", "-V"], tmp_path, tmp_path)
+    tmpfs, runtime, world = argv.index("--tmpfs"), argv.index("/tmp/clone/.venv"), argv.index(str(tmp_path.resolve()))
+    assert tmpfs < runtime < world
+    assert argv[runtime - 1] == "--ro-bind" and argv[world - 1] == "--bind"
