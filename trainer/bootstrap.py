@@ -60,14 +60,16 @@ from trainer.traces import (
     TokenizedTrace,
     Trace,
     check_parity,
+    copies_last_observation,
     draw_noise,
     noise_candidates,
     noisy_trace,
     oracle_trace,
     render_trace,
+    swapped_trace,
 )
 
-BOOTSTRAP_VERSION = "bootstrap-v2"
+BOOTSTRAP_VERSION = "bootstrap-v3"
 # Every prompt token costs a tiny model's training time: the base gets a one-line instruction, and the tool listing
 # (signatures only) follows it.
 SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
@@ -109,6 +111,9 @@ class BootstrapSpec(BaseModel):
     tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
     apps: tuple[str, ...] = Field(("filesystem", "sheets"), min_length=1)
     noise: NoiseRates = NoiseRates()
+    value_swap: float = Field(
+        0.5, ge=0, le=1, description="share of clean traces whose observed value is another task's (answer follows)"
+    )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
     steps: int = Field(450, ge=1)
@@ -208,11 +213,29 @@ def select_tasks(tasks: Sequence[TaskSpec], spec: BootstrapSpec) -> list[TaskSpe
     return chosen
 
 
-def draw_traces(task: TaskSpec, world: World, spec: BootstrapSpec) -> list[Trace]:
-    """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed."""
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def draw_traces(
+    task: TaskSpec, world: World, spec: BootstrapSpec, clean: Trace, values: Sequence[str] = ()
+) -> list[Trace]:
+    """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed.
+
+    A clean trace is value-swapped with probability ``spec.value_swap``: its observed value becomes another task's
+    value of the same kind (number or text) from ``values``.
+    """
     offered = offered_tools(spec.apps)
     rates = spec.noise.by_kind()
-    clean = oracle_trace(task, world)
+    donors = (
+        [v for v in values if _is_number(v) == _is_number(clean.answer) and v != clean.answer]
+        if copies_last_observation(clean)
+        else []
+    )
     candidates = {kind: noise_candidates(task, world, kind, offered) for kind, rate in rates.items() if rate > 0}
     applicable = {kind for kind, calls in candidates.items() if calls}
     wrong: dict[str, Trace] = {}  # one tool call per distinct wrong call
@@ -221,7 +244,8 @@ def draw_traces(task: TaskSpec, world: World, spec: BootstrapSpec) -> list[Trace
         rng = random.Random(f"{spec.seed}:{task.task_id}:{index}")
         kind = draw_noise(rng, rates, applicable)
         if kind is None:
-            traces.append(clean)
+            swap = donors and rng.random() < spec.value_swap
+            traces.append(swapped_trace(clean, rng.choice(donors)) if swap else clean)
             continue
         call = rng.choice(candidates[kind])
         key = json.dumps([kind, call], sort_keys=True)
@@ -289,7 +313,12 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
             task.task_id: World(fork_world(worlds_root / task.world_id, Path(scratch) / task.task_id))
             for task in train_tasks
         }
-        traces_by_task = {task.task_id: draw_traces(task, worlds[task.task_id], spec) for task in train_tasks}
+        clean = {task.task_id: oracle_trace(task, worlds[task.task_id]) for task in train_tasks}
+        values = sorted({trace.answer for trace in clean.values() if copies_last_observation(trace)})
+        traces_by_task = {
+            task.task_id: draw_traces(task, worlds[task.task_id], spec, clean[task.task_id], values)
+            for task in train_tasks
+        }
         tool_specs = asyncio.run(_list_tools(spec.apps))
         traces = [trace for task in train_tasks for trace in traces_by_task[task.task_id]]
         timings["traces_s"] = time.perf_counter() - started
@@ -367,7 +396,9 @@ async def _check_parity_sample(
 ) -> None:
     """Replay the first ``parity_checks`` distinct traces, noisy ones first, on fresh world copies."""
     distinct = list({id(trace): trace for trace in traces}.values())
-    sample = sorted(distinct, key=lambda trace: trace.noise is None)[: spec.parity_checks]
+    # A swapped trace shows a value the world does not hold: replaying it against real tools must differ.
+    replayable = [trace for trace in distinct if not trace.swapped]
+    sample = sorted(replayable, key=lambda trace: trace.noise is None)[: spec.parity_checks]
     with tempfile.TemporaryDirectory(prefix="bootstrap-parity-") as scratch:
         for index, trace in enumerate(sample):
             task = tasks_by_id[trace.task_id]

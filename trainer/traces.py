@@ -71,6 +71,7 @@ class Trace:
     calls: tuple[TraceCall, ...]
     answer: str
     noise: NoiseKind | None = None
+    swapped: bool = False  # the last observation (and so the answer) was replaced: not what the world returns
 
     def assistant_texts(self) -> list[str]:
         """One text per assistant turn: each call as a ``<tool_call>`` block, then the answer."""
@@ -110,6 +111,25 @@ def oracle_trace(task: TaskSpec, world: World) -> Trace:
     if run.answer is None:
         raise ValueError(f"task {task.task_id}: its oracle gives no final answer to imitate")
     return Trace(task.task_id, tuple(calls), run.answer)
+
+
+def copies_last_observation(trace: Trace) -> bool:
+    """The answer is the last observation, stripped: the toy tier's shape, where the answer is copied, not computed."""
+    return bool(trace.calls) and trace.answer == trace.calls[-1].observation.strip() != ""
+
+
+def swapped_trace(trace: Trace, value: str) -> Trace:
+    """``trace`` with its last observation replaced by ``value`` and the answer following it.
+
+    Clean traces of one task always show the same value, which a tiny model can memorise per prompt instead of copying
+    from the observation; showing other tasks' values in the same slot makes copying the only way to fit them, so the
+    base also answers right on worlds it never saw.
+    """
+    if not copies_last_observation(trace):
+        raise ValueError(f"task {trace.task_id}: its answer is not its last observation, so it cannot be swapped")
+    last = trace.calls[-1]
+    calls = (*trace.calls[:-1], TraceCall(last.tool, last.args, value))
+    return Trace(trace.task_id, calls, value.strip(), trace.noise, swapped=True)
 
 
 # --- noise -----------------------------------------------------------------------------------------------------------

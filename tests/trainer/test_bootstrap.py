@@ -32,12 +32,15 @@ from trainer.traces import (
     NoiseKind,
     ParityError,
     TokenizedTrace,
+    Trace,
     check_parity,
+    copies_last_observation,
     draw_noise,
     noise_candidates,
     noisy_trace,
     oracle_trace,
     render_trace,
+    swapped_trace,
 )
 
 APPS = ("filesystem", "sheets")
@@ -127,10 +130,28 @@ def test_draw_noise_respects_the_rates():
 
 def test_draw_traces_is_seeded_and_noisy_at_the_rate(cell_task, world):
     spec = BootstrapSpec(traces_per_task=400, noise=NoiseRates(wrong_tool=0.2, wrong_file=0.1, wrong_argument=0.1))
-    traces = draw_traces(cell_task, world, spec)
-    assert [t.noise for t in traces] == [t.noise for t in draw_traces(cell_task, world, spec)]
+    clean = oracle_trace(cell_task, world)
+    traces = draw_traces(cell_task, world, spec, clean)
+    assert [t.noise for t in traces] == [t.noise for t in draw_traces(cell_task, world, spec, clean)]
     shares = {kind: sum(t.noise == kind for t in traces) / len(traces) for kind in NoiseKind}
     assert shares == pytest.approx({"wrong_tool": 0.2, "wrong_file": 0.1, "wrong_argument": 0.1}, abs=0.05)
+
+
+def test_value_swaps_teach_copying_the_observation(cell_task, world):
+    """About value_swap of the clean traces show another task's value of the same kind, and answer with it."""
+    spec = BootstrapSpec(
+        traces_per_task=400, value_swap=0.5, noise=NoiseRates(wrong_tool=0.0, wrong_file=0.0, wrong_argument=0.0)
+    )
+    clean = oracle_trace(cell_task, world)
+    assert copies_last_observation(clean)
+    traces = draw_traces(cell_task, world, spec, clean, values=["7", "12.5", "Acme Corp", clean.answer])
+    swapped = [t for t in traces if t.swapped]
+    assert len(swapped) / len(traces) == pytest.approx(0.5, abs=0.07)
+    assert {t.answer for t in swapped} == {"7", "12.5"}  # numbers for a numeric answer; never the task's own value
+    assert all(t.calls[-1].observation == t.answer and t.calls[:-1] == clean.calls[:-1] for t in swapped)
+    assert all(t == clean for t in traces if not t.swapped)
+    with pytest.raises(ValueError, match="not its last observation"):
+        swapped_trace(Trace("t", clean.calls, "something else"), "7")
 
 
 def test_noise_rates_over_one_are_refused():
