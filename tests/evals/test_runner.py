@@ -271,3 +271,29 @@ def test_code_only_and_terminal_harnesses_come_from_the_registry(engine, tokeniz
     assert {(t.harness, t.domain, t.stop_reason, t.error_class) for t in terminal.trials} == {
         ("terminal", "terminal", StopReason.STOP, None)
     }
+
+
+def test_data_folder_source_through_the_pooled_mcp_gateway(engine, tokenizer_dir, task_file, tmp_path):
+    """The production path: a data folder (tasks/<split>.jsonl + worlds/) and stdio gateways in pooled sandboxes."""
+    import shutil
+
+    from envs.loaders import load_jsonl
+
+    data = tmp_path / "data"
+    shutil.copytree(task_file.parent / "worlds", data / "worlds")
+    save_jsonl(load_jsonl(task_file)[:2], data / "tasks" / "heldout.jsonl")
+    engine.scripts["solver"] = SOLVER
+    spec = _spec(
+        task_file,
+        engine,
+        tokenizer_dir,
+        "solver",
+        tmp_path / "out",
+        tasks=TaskSource(kind=SourceKind.DATA, path=data, split="heldout"),
+        mcp_backend=McpBackend.GATEWAY,
+        passes=1,
+    )
+    result = run_eval(spec)
+    # t-0 expects 412.5 (the solver's answer), t-1 expects 7.
+    assert sorted((t.key, t.passed) for t in result.trials) == [(("t-0", 0), True), (("t-1", 0), False)]
+    assert all(t.tool_calls_by_tool == {"filesystem_read_file": 1} for t in result.trials)
