@@ -86,7 +86,7 @@ CHAT_TEMPLATE = """\
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE (GPT-2/Qwen pre-tokenisation, 256 byte alphabet) on `texts`.
+    """Train a byte-level BPE (GPT-2/Qwen pre-tokenisation, single digits, 256 byte alphabet) on `texts`.
 
     Every byte is in the initial alphabet, so any string round-trips: decode(encode(s)) == s. len(tokenizer) is at
     most `vocab_size` (less when the corpus runs out of merges).
@@ -95,7 +95,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedT
     if vocab_size < n_reserved:
         raise ValueError(f"vocab_size={vocab_size} is below the {n_reserved} byte + special tokens it must hold")
     backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    # Digits one by one, as Qwen's pre-tokeniser does: numbers then never merge into corpus-specific chunks, so a
+    # model copies a value it has never seen digit by digit (with merged digits a tiny model copied only the tail).
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(MARKUP_TOKENS),  # the markup tokens are appended after training

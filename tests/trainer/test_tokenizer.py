@@ -124,3 +124,15 @@ def test_saved_tokenizer_loads_with_auto_tokenizer(tok, tmp_path):
         tok, CONVERSATION, add_generation_prompt=True
     )
     assert not [p for p in (tmp_path / "tok").iterdir() if p.name.startswith(".")]
+
+
+def test_numbers_are_split_into_single_digits():
+    """Values a model must copy are tokenised digit by digit, whatever merges the corpus would suggest."""
+    from trainer.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer(["revenue 412.5 412.5 412.5 and 2025 2025 2025"] * 50, vocab_size=400)
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer.encode("412.5", add_special_tokens=False))
+    assert pieces == ["4", "1", "2", ".", "5"]
+    assert (
+        tokenizer.decode(tokenizer.encode("EBITDA 2025: 1,234.5m", add_special_tokens=False)) == "EBITDA 2025: 1,234.5m"
+    )
