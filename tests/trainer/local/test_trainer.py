@@ -146,9 +146,10 @@ def test_bad_config_is_named(fields, message):
 
 def test_out_of_vocabulary_tokens_are_refused(model, make_trajectories):
     trajectories = make_trajectories([8, 9], ["g", "g"], [1.0, 0.0])
-    trajectories[0].tokens[2] = 300
+    vocab = model.config.vocab_size
+    trajectories[0].tokens[2] = vocab
     batch = TrainBatch.from_trajectories(trajectories, AlgorithmConfig())
-    with pytest.raises(ValueError, match="outside the model's vocabulary \\[0, 300\\)"):
+    with pytest.raises(ValueError, match=rf"outside the model's vocabulary \[0, {vocab}\)"):
         LocalTrainer(model, TrainerConfig()).train_step(batch)
 
 
