@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import uvicorn
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.apps import World
@@ -36,6 +33,7 @@ from envs.harness.agent import EnvFactory, HarnessConfig, ToolListing, run_group
 from envs.harness.chat import compact_system_prompt
 from envs.harness.engine_client import CompletionsClient
 from envs.harness.tools import LocalToolSession
+from envs.net import serve_in_thread
 from envs.rollout import local_envs, pooled_envs
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
@@ -51,23 +49,11 @@ SERVED_NAME = "policy"
 @contextmanager
 def served(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, slots: int, threads: int) -> Iterator[str]:
     """The engine's HTTP server on a free local port, in a daemon thread; yields its base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=slots, torch_threads=threads))
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, SERVED_NAME), port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError(f"the engine server did not start on port {port} within 30 s")
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
+        with serve_in_thread(create_app(engine, SERVED_NAME)) as url:
+            yield url
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         engine.close()
 
 

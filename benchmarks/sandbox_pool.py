@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -26,6 +25,7 @@ import httpx
 
 from envs.mcp.client import GatewayClient, Transport, gateway_command
 from envs.mcp.gateway import HTTP_PATH
+from envs.net import free_port
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 
@@ -74,12 +74,6 @@ async def sandbox_timings(world: Path, scratch: Path, starts: int, cycles: int) 
         cycle_s = await timed(cycle, cycles)
         reset_s = list(pool.stats.reset_s)
     return {"fresh start + close": await timed(fresh, starts), "pool acquire + reset": cycle_s, "reset alone": reset_s}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 30) -> None:

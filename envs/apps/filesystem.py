@@ -16,7 +16,7 @@ MAX_SEARCH_HITS = 200
 MAX_SEARCH_BYTES = 2_000_000
 
 
-def _read_text(file: Path) -> str | None:
+def read_text_or_none(file: Path) -> str | None:
     """The UTF-8 text of ``file``, or None when it is a binary file."""
     data = file.read_bytes()
     if b"\x00" in data[:8192]:
@@ -92,7 +92,7 @@ def read_file(world: World, path: str, max_chars: Annotated[int, Field(gt=0)] = 
         raise ToolError(f"{path!r} is a folder; use filesystem.list_files to see its contents")
     if not file.exists():
         raise ToolError(f"no file {path!r} in the filesystem (use filesystem.list_files to see what exists)")
-    text = _read_text(file)
+    text = read_text_or_none(file)
     if text is None:
         raise ToolError(f"{path!r} is a binary file and cannot be shown as text")
     if not text:
@@ -140,7 +140,7 @@ def search_files(world: World, query: Annotated[str, Field(min_length=1)], path:
     needle = query.lower()
     hits: list[str] = []
     for file in _searchable_files(world, top):
-        text = _read_text(file)
+        text = read_text_or_none(file)
         for lineno, line in enumerate((text or "").splitlines(), start=1):
             if needle in line.lower():
                 hits.append(f"{world.rel(file)}:{lineno}: {line.strip()}")

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envs.apps import ToolError
 from envs.apps.base import describe_validation_error
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, exec_env, run_limited
+from envs.apps.filesystem import read_text_or_none
 from envs.check import fork_world
 from envs.graders import grade
 from envs.harness.agent import EnvFactory, SampleEnv
@@ -285,16 +286,6 @@ class CodeToolSession(RegistryToolSession):
         """Whether ``file`` (a path found by walking a folder) resolves inside the world: symlinks out are skipped."""
         return file.resolve().is_relative_to(self.world_root)
 
-    def text_of(self, file: Path) -> str | None:
-        """The UTF-8 text of ``file``, or None when it is binary."""
-        data = file.read_bytes()
-        if b"\x00" in data[:8192]:
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-
     def existing_file(self, path: str) -> Path:
         file = self.resolve(path)
         if file.is_dir():
@@ -345,7 +336,7 @@ def _glob(session: CodeToolSession, args: GlobArgs) -> str:
 )
 def _read(session: CodeToolSession, args: ReadArgs) -> str:
     file = session.existing_file(args.path)
-    text = session.text_of(file)
+    text = read_text_or_none(file)
     if text is None:
         reader = CODE_READERS.get(file.suffix.lower())
         how = f"with {reader.replace('FILE', session.shown(file))}" if reader else "with python through bash"
@@ -385,7 +376,7 @@ def _grep(session: CodeToolSession, args: GrepArgs) -> str:
             continue
         if not session.inside(file) or file.stat().st_size > MAX_GREP_FILE_BYTES:
             continue
-        text = session.text_of(file)
+        text = read_text_or_none(file)
         for number, line in enumerate((text or "").splitlines(), start=1):
             if regex.search(line):
                 hits.append(f"{session.shown(file)}:{number}: {line[:MAX_LINE_CHARS]}")
@@ -429,7 +420,7 @@ def _write(session: CodeToolSession, args: WriteArgs) -> str:
 )
 def _edit(session: CodeToolSession, args: EditArgs) -> str:
     file = session.existing_file(args.path)
-    text = session.text_of(file)
+    text = read_text_or_none(file)
     if text is None:
         raise ToolError(f"{args.path!r} is a binary file: edit it with python through bash")
     if args.old_string == args.new_string:

@@ -4,14 +4,11 @@ import json
 import math
 import operator
 import re
-import socket
-import threading
-import time
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 
+from envs.net import serve_in_thread
 from evals.mcq import (
     BUNDLED_MCQ,
     McqApi,
@@ -134,19 +131,8 @@ def engine_url():
         body = await request.json()
         return {"choices": [{"text": _answer_for(body["prompt"], body["seed"]), "finish_reason": "stop"}]}
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve_in_thread(app) as url:
+        yield url
 
 
 @pytest.mark.parametrize("api", list(McqApi))

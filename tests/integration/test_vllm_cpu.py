@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -54,6 +53,7 @@ from envs.harness.chat import (
 )
 from envs.harness.engine_client import Completion, CompletionsClient
 from envs.harness.tools import LocalToolSession
+from envs.net import free_port
 from envs.rollout import local_envs
 from envs.types import ErrorClass, Split, TaskSpec, Tier, Trajectory
 from trainer.engine.forward import KVPool, ModelWeights, forward
@@ -127,12 +127,6 @@ class RecordingEngine:
         completion = await self.client.complete(prompt_ids, max_tokens, temperature, top_p, seed, stop_token_ids)
         self.records.append((list(prompt_ids), completion))
         return completion
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -280,7 +274,7 @@ def policy(policy_dir: Path) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]
 
 @pytest.fixture(scope="module")
 def vllm_url(policy_dir: Path, tmp_path_factory: pytest.TempPathFactory, summary: dict[str, Any]) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     command = [
         str(VLLM_PYTHON),

@@ -1,7 +1,6 @@
 """HTTP server: vLLM wire format, chat, control routes and 4xx answers (ASGI in-process and one real socket)."""
 
 import asyncio
-import socket
 import threading
 import time
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 import uvicorn
 
+from envs.net import free_port
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.server import create_app
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
@@ -138,12 +138,6 @@ def test_models_and_version(app):
     models = get(app, "/v1/models").json()
     assert [m["id"] for m in models["data"]] == [NAME] and models["data"][0]["max_model_len"] == 128
     assert get(app, "/version").json() == {"version": 0, "paused": False}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_real_socket_control_routes_with_a_request_in_flight(policy, tmp_path):

@@ -10,18 +10,15 @@ Reply kinds: text (encoded + EOS, finish "stop"), ``Reply(status=500)``, ``Reply
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from envs.apps import World
+from envs.net import serve_in_thread
 from trainer.tokenizer import train_tokenizer
 
 CORPUS = [
@@ -112,31 +109,9 @@ def _scripted_app(state: ScriptedEngine) -> FastAPI:
     return app
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve_in_thread(app: FastAPI):
-    """Start uvicorn on a free port in a daemon thread; returns (url, server) once it accepts connections."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start within 10 s")
-        time.sleep(0.02)
-    return f"http://127.0.0.1:{port}", server, thread
-
-
 @pytest.fixture(scope="session")
 def scripted(tokenizer):
     state = ScriptedEngine(tokenizer)
-    url, server, thread = serve_in_thread(_scripted_app(state))
-    state.url = url
-    yield state
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve_in_thread(_scripted_app(state)) as url:
+        state.url = url
+        yield state

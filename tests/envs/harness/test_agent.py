@@ -17,9 +17,10 @@ from envs.graders import grade
 from envs.harness.agent import HarnessConfig, SampleEnv, run_agent, run_group
 from envs.harness.engine_client import CompletionsClient, EngineError
 from envs.harness.tools import LocalToolSession, ToolOutcome, error_signature
+from envs.net import free_port
 from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Trajectory
 
-from .conftest import Reply, free_port
+from .conftest import Reply
 
 TASK = TaskSpec(
     task_id="t-1",

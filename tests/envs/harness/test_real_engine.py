@@ -12,13 +12,12 @@ import torch
 
 from envs.harness.agent import HarnessConfig, run_agent
 from envs.harness.engine_client import CompletionsClient
+from envs.net import serve_in_thread
 from envs.types import AnswerEquals, Domain, GradeResult, StopReason, TaskSpec
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.server import create_app
 from trainer.model import TinyModelSpec, build_tiny_model
 from trainer.tokenizer import special_token_ids
-
-from .conftest import serve_in_thread
 
 SPEC = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128, max_position=1024)
 TASK = TaskSpec(
@@ -39,10 +38,8 @@ class _OneTool:
 def served(tokenizer):
     model = build_tiny_model(SPEC, len(tokenizer), special_token_ids(tokenizer))
     engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=2, torch_threads=1))
-    url, server, thread = serve_in_thread(create_app(engine, "tiny"))
-    yield model, url
-    server.should_exit = True
-    thread.join(timeout=5)
+    with serve_in_thread(create_app(engine, "tiny")) as url:
+        yield model, url
 
 
 def _rollout(url, tokenizer):

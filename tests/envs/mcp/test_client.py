@@ -13,6 +13,7 @@ import pytest
 from envs.mcp.client import GatewayClient, Transport, gateway_command
 from envs.mcp.oracle import run_oracle_via
 from envs.mcp.variants import BadVariant
+from envs.net import free_port
 from envs.oracle import OracleError
 from envs.types import Oracle, OracleStep
 
@@ -85,16 +86,10 @@ async def test_stdio_gateway_serves_tools_and_variants(world_dir: Path) -> None:
     assert added.returned_empty and (world_dir / "filesystem" / "d.pptx").is_file()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def http_gateway(world_dir: Path) -> Iterator[str]:
     """A gateway process serving ``world_dir`` over HTTP on a free port; yields its URL once it accepts connections."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(gateway_command(world_dir, Transport.HTTP, port=port), stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + HTTP_START_TIMEOUT_S
