@@ -1,9 +1,14 @@
 """Decode throughput: our local engine vs transformers `generate` on the same tiny Qwen3, batches and lengths.
 
-Static scenario: per batch size, both decode greedily with EOS ignored (HF: `generate`, use_cache=True, its own KV
-cache), so each produces exactly batch × new_tokens tokens; timings include the prefill. Tokens/s = batch ×
-new_tokens / wall seconds, best of `--repeats` runs after one warm-up, the two engines' runs interleaved so that load
-from other processes hits both alike. Also prints the share of requests whose greedy tokens agree.
+Static scenario: per batch size, each engine decodes greedily with EOS ignored (HF: `generate`, use_cache=True, its own
+KV cache), so each produces exactly batch × new_tokens tokens; timings include the prefill. Engines: ours with the
+eager decode step, ours with the torch.compile'd one (`EngineConfig.compile`; compiled before timing), HF. Tokens/s =
+batch × new_tokens / wall seconds, best of `--repeats` runs after one warm-up, the engines' runs interleaved so that
+load from other processes hits all alike. Also prints the share of requests whose greedy tokens agree with HF's.
+
+Matmul floor: the wall time of only the decode step's matmuls at that batch (every layer's qkv, o, gate/up and down
+projections, then the output layer: one `F.linear` each, the same MKL calls both engines make) × new_tokens. No fp32
+engine decodes faster than this, so `hf / floor` is the largest speed-up over HF any engine could show at that batch.
 
 Serving scenario: `--requests` greedy requests with prompt and output lengths drawn uniformly from
 [`--min-len`, `--max-len`] arrive at exponential gaps (mean `--gap-ms`). Ours: each is submitted at its arrival time
@@ -24,9 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, SamplingParams
+from trainer.engine.forward import ModelWeights
 from trainer.model import TinyModelSpec, build_tiny_model
 
 
@@ -40,7 +47,7 @@ class Request:
 def interleaved_best(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, object]]:
     """Best wall seconds (and last result) per function; one warm-up each, then the functions alternate."""
     for fn in fns.values():
-        fn()  # warm-up: allocator, KV pool growth, kernel selection
+        fn()  # warm-up: allocator, KV pool growth, kernel selection, torch.compile
     best: dict[str, tuple[float, object]] = {}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -60,28 +67,56 @@ def hf_greedy(model: Qwen3ForCausalLM, prompts_BP: torch.Tensor, mask_BP: torch.
     return out[:, prompts_BP.shape[1] :].tolist()
 
 
+def matmul_floor_s(model: Qwen3ForCausalLM, batch: int, steps: int, repeats: int = 20) -> float:
+    """Seconds for `steps` decode steps' matmuls alone at `batch` rows (best of `repeats`), fused as our engine
+    fuses them (qkv and gate/up in one matmul each)."""
+    weights = ModelWeights.from_hf(model, max_len=2)
+    lw = weights.layers
+    shapes = [w[i] for i in range(weights.n_layers) for w in (lw.qkv_proj, lw.o_proj, lw.gate_up_proj, lw.down_proj)]
+    shapes.append(weights.lm_head)
+    inputs = [torch.randn(batch, w.shape[1]) for w in shapes]
+    best = float("inf")
+    with torch.inference_mode():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for x, w in zip(inputs, shapes, strict=True):
+                F.linear(x, w)
+            best = min(best, time.perf_counter() - start)
+    return best * steps
+
+
 def static_scenario(model: Qwen3ForCausalLM, batch: int, args: argparse.Namespace) -> None:
     prompts_BP = torch.randint(2, args.vocab, (batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
     params = SamplingParams(temperature=0.0, max_tokens=args.new_tokens, ignore_eos=True)
-    with Engine(model, config=EngineConfig(max_num_seqs=batch, torch_threads=args.threads)) as engine:
+    config = EngineConfig(max_num_seqs=batch, torch_threads=args.threads)
+    with (
+        Engine(model, config=config) as eager,
+        Engine(model, config=config.model_copy(update={"compile": True})) as compiled,
+    ):
 
-        def ours() -> list[list[int]]:
+        def ours(engine: Engine) -> Callable[[], list[list[int]]]:
             async def run() -> list[list[int]]:
                 done = await asyncio.gather(*(engine.generate(p, params) for p in prompts_BP.tolist()))
                 return [c.token_ids_T for c in done]
 
-            return asyncio.run(run())
+            return lambda: asyncio.run(run())
 
         def hf() -> list[list[int]]:
             return hf_greedy(model, prompts_BP, torch.ones_like(prompts_BP), args.new_tokens)
 
-        best = interleaved_best({"local engine": ours, "hf generate": hf}, args.repeats)
-    (ours_s, ours_ids), (hf_s, hf_ids) = best["local engine"], best["hf generate"]
+        best = interleaved_best({"eager": ours(eager), "compiled": ours(compiled), "hf": hf}, args.repeats)
     n_tokens = batch * args.new_tokens
-    agree = sum(a == b for a, b in zip(ours_ids, hf_ids, strict=True)) / batch
+    hf_s, hf_ids = best["hf"]
+    floor_s = matmul_floor_s(model, batch, args.new_tokens)
+    cells = []
+    for name in ("eager", "compiled"):
+        seconds, ids = best[name]
+        agree = sum(a == b for a, b in zip(ids, hf_ids, strict=True)) / batch
+        cells.append(f"{name} {n_tokens / seconds:>7.0f} tok/s {hf_s / seconds:4.2f}x (agree {agree:.0%})")
     print(
-        f"batch {batch:>3}: local {n_tokens / ours_s:>8.0f} tok/s ({ours_s:.3f} s)  hf {n_tokens / hf_s:>8.0f} tok/s "
-        f"({hf_s:.3f} s)  speed-up {hf_s / ours_s:5.2f}x  greedy agreement {agree:.0%}"
+        f"batch {batch:>3}: hf {n_tokens / hf_s:>7.0f} tok/s | "
+        + " | ".join(cells)
+        + f" | matmul floor {n_tokens / floor_s:>7.0f} tok/s: hf/floor {hf_s / floor_s:4.2f}x"
     )
 
 
@@ -95,9 +130,10 @@ def make_requests(args: argparse.Namespace) -> list[Request]:
     return requests
 
 
-def serve_ours(model: Qwen3ForCausalLM, requests: list[Request], args: argparse.Namespace) -> float:
+def serve_ours(model: Qwen3ForCausalLM, requests: list[Request], args: argparse.Namespace, compile: bool) -> float:
     """Makespan in seconds with every request submitted at its arrival time."""
-    with Engine(model, config=EngineConfig(max_num_seqs=args.slots, torch_threads=args.threads)) as engine:
+    config = EngineConfig(max_num_seqs=args.slots, torch_threads=args.threads, compile=compile)
+    with Engine(model, config=config) as engine:
 
         async def one(req: Request, t0: float) -> None:
             await asyncio.sleep(max(0.0, t0 + req.arrival_s - time.perf_counter()))
@@ -154,11 +190,15 @@ def main() -> None:
     if args.requests:
         requests = make_requests(args)
         n_tokens = sum(r.new_tokens for r in requests)
-        ours_s, hf_s = serve_ours(model, requests, args), serve_hf_static(model, requests, args)
+        hf_s = serve_hf_static(model, requests, args)
+        ours = {name: serve_ours(model, requests, args, compile=name == "compiled") for name in ("eager", "compiled")}
         print(
             f"serving {args.requests} requests (lengths {args.min_len}-{args.max_len}, mean gap {args.gap_ms} ms, "
-            f"{args.slots} slots): local continuous batching {n_tokens / ours_s:.0f} tok/s ({ours_s:.2f} s)  "
-            f"hf static padded batches {n_tokens / hf_s:.0f} tok/s ({hf_s:.2f} s)  speed-up {hf_s / ours_s:.2f}x"
+            f"{args.slots} slots): hf static padded batches {n_tokens / hf_s:.0f} tok/s ({hf_s:.2f} s) | "
+            + " | ".join(
+                f"{name} continuous batching {n_tokens / seconds:.0f} tok/s ({seconds:.2f} s) {hf_s / seconds:.2f}x"
+                for name, seconds in ours.items()
+            )
         )
 
 

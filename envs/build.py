@@ -4,18 +4,19 @@ Layout written by ``build_environment(out)``::
 
     out/worlds/<world_id>/{filesystem,apps_data}/   pristine, read-only snapshots
     out/tasks/train.jsonl, out/tasks/heldout.jsonl  TaskSpec per line
-    out/manifest.json                               seed, counts, timings
+    out/manifest.json                               seed, counts, content digest, timing
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from envs.loaders import load_jsonl, save_jsonl
 from envs.taskgen import generate_tasks
@@ -27,7 +28,21 @@ class EnvironmentManifest(BaseModel):
     seed: int
     world_ids: list[str]
     task_counts: dict[str, int]
+    content_digest: str  # sha256 over every generated file (path and bytes): equal digests, equal environments
     generation_seconds: float
+
+
+def content_digest(root: Path) -> str:
+    """sha256 over the relative path and bytes of every file under ``root``/worlds and ``root``/tasks, in path order.
+
+    Generation is byte-identical per seed, so this is the key for anything derived from an environment (the base
+    model's cache); the manifest's timing field is not part of it.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(p for folder in ("worlds", "tasks") for p in (root / folder).rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def build_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
@@ -44,6 +59,7 @@ def build_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
         seed=seed,
         world_ids=sorted(facts),
         task_counts=dict(sorted(counts.items())),
+        content_digest=content_digest(staging),
         generation_seconds=round(time.perf_counter() - started, 3),
     )
     (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
@@ -58,10 +74,15 @@ def build_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
 
 
 def load_manifest(out: Path) -> EnvironmentManifest | None:
+    """The manifest of the environment in ``out``; None when there is none or it predates the current format (the
+    folder is generated, so callers rebuild it)."""
     path = out / "manifest.json"
     if not path.exists():
         return None
-    return EnvironmentManifest.model_validate(json.loads(path.read_text()))
+    try:
+        return EnvironmentManifest.model_validate(json.loads(path.read_text()))
+    except (ValueError, ValidationError):
+        return None
 
 
 def ensure_environment(out: Path, seed: int = 0) -> EnvironmentManifest:

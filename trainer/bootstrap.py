@@ -13,8 +13,8 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
 6. report: Pass@1 per tier × split from real rollouts through our engine (``trainer.rollout_eval``).
 
 Everything lands in ``<out>/<hash>/`` — a policy folder (``save_policy``) plus ``bootstrap.json`` (spec, hash, steps,
-losses, timings, noise counts, eval). The hash covers the spec, the task files, the environment manifest and
-``BOOTSTRAP_VERSION``; a second call with the same inputs reads ``bootstrap.json`` and returns at once.
+losses, timings, noise counts, eval). The hash covers the spec, the environment's content digest (every world and
+task file) and ``BOOTSTRAP_VERSION``; a second call with the same inputs reads ``bootstrap.json`` and returns at once.
 
 The noise is what leaves room for RL: the clean and noisy traces of a prompt differ only in the call made, so the
 base copies values well and picks the right call with probability ≈ 1 − Σ noise rates; GRPO can sharpen that choice.
@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.apps import TOOLS, World
-from envs.build import load_tasks
+from envs.build import load_manifest, load_tasks
 from envs.check import fork_world
 from envs.harness.agent import HarnessConfig
 from envs.harness.chat import ToolListing, compact_system_prompt
@@ -179,19 +179,16 @@ def harness_config(spec: BootstrapSpec) -> HarnessConfig:
 
 
 def content_hash(spec: BootstrapSpec, data: Path) -> str:
-    """sha256 over the version constant, the spec's JSON, the task files and the environment manifest (16 hex)."""
+    """sha256 over the version constant, the spec's JSON and the environment's content digest (16 hex)."""
+    manifest = load_manifest(data)
+    if manifest is None:
+        raise FileNotFoundError(
+            f"{data}/manifest.json is missing or outdated: build the environment first "
+            f"(recipe envs generate --out {data})"
+        )
     digest = hashlib.sha256(BOOTSTRAP_VERSION.encode())
     digest.update(spec.model_dump_json().encode())
-    for part in (
-        data / "tasks" / f"{Split.TRAIN}.jsonl",
-        data / "tasks" / f"{Split.HELDOUT}.jsonl",
-        data / "manifest.json",
-    ):
-        if not part.is_file():
-            raise FileNotFoundError(
-                f"{part} is missing: build the environment first (recipe envs generate --out {data})"
-            )
-        digest.update(part.name.encode() + b"\0" + part.read_bytes())
+    digest.update(manifest.content_digest.encode())
     return digest.hexdigest()[:16]
 
 
@@ -319,7 +316,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
             task.task_id: draw_traces(task, worlds[task.task_id], spec, clean[task.task_id], values)
             for task in train_tasks
         }
-        tool_specs = asyncio.run(_list_tools(spec.apps))
+        tool_specs = asyncio.run(list_tool_specs(spec.apps))
         traces = [trace for task in train_tasks for trace in traces_by_task[task.task_id]]
         timings["traces_s"] = time.perf_counter() - started
         _log(progress, f"{len(traces)} traces of {len(train_tasks)} train tasks in {timings['traces_s']:.1f} s")
@@ -380,7 +377,8 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     return BootstrapResult(path, report, cached=False)
 
 
-async def _list_tools(apps: Sequence[str]) -> list[dict[str, Any]]:
+async def list_tool_specs(apps: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``{name, description, input_schema}`` listing a tool session over ``apps`` shows the policy."""
     # The listing does not depend on the world; a session over an empty one gives the names and schemas.
     return await LocalToolSession(World(Path(".")), apps=apps).list_tools()
 

@@ -1,6 +1,6 @@
 """``recipe engine``: serve a policy with the local engine (vLLM wire format).
 
-recipe engine serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
+recipe engine serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16] [--compile]
     loads the policy folder DIR and serves /v1/completions, /v1/chat/completions and the control routes until
     interrupted (trainer.engine.server.serve).
 """
@@ -14,7 +14,8 @@ def _engine_serve(args: argparse.Namespace) -> int:
     from trainer.engine import EngineConfig
     from trainer.engine.server import serve
 
-    serve(args.model, args.host, args.port, config=EngineConfig(max_num_seqs=args.max_num_seqs))
+    config = EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile)
+    serve(args.model, args.host, args.port, config=config)
     return 0
 
 
@@ -27,4 +28,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together")
+    serve.add_argument(
+        "--compile", action="store_true", help="torch.compile the decode step (faster steps after a one-off compile)"
+    )
     serve.set_defaults(handler=_engine_serve)

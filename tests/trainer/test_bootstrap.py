@@ -3,14 +3,13 @@
 import asyncio
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from envs.apps import World
-from envs.build import build_environment, load_tasks
+from envs.build import build_environment, content_digest, load_manifest, load_tasks
 from envs.check import fork_world
 from envs.harness.agent import run_group
 from envs.rollout import local_envs
@@ -19,6 +18,7 @@ from trainer.bootstrap import (
     BootstrapSpec,
     NoiseRates,
     bootstrap,
+    content_hash,
     draw_traces,
     harness_config,
     offered_tools,
@@ -71,7 +71,6 @@ def small_data(full_data: Path, tmp_path_factory) -> Path:
     data = tmp_path_factory.mktemp("small") / "data"
     (data / "tasks").mkdir(parents=True)
     (data / "worlds").symlink_to(full_data / "worlds")
-    shutil.copy(full_data / "manifest.json", data / "manifest.json")
     for split, count in (("train", 3), ("heldout", 1)):
         lines = [
             line
@@ -79,6 +78,8 @@ def small_data(full_data: Path, tmp_path_factory) -> Path:
             if json.loads(line)["task_id"].startswith("ib-1-toy-")
         ]
         (data / "tasks" / f"{split}.jsonl").write_text("\n".join(lines[:count]) + "\n")
+    manifest = load_manifest(full_data).model_copy(update={"content_digest": content_digest(data)})
+    (data / "manifest.json").write_text(manifest.model_dump_json())
     return data
 
 
@@ -190,6 +191,20 @@ def test_select_tasks_keeps_tiers_whose_oracles_fit_the_apps(full_data):
     assert chosen and all(t.tier is Tier.TOY for t in chosen)
     with pytest.raises(ValueError, match="no task of tiers"):
         select_tasks(load_tasks(full_data), TINY.model_copy(update={"apps": ("mail",)}))
+
+
+def test_cache_key_follows_environment_content_not_its_build_time(full_data, tmp_path):
+    rebuilt = tmp_path / "data"
+    build_environment(rebuilt)  # a second build: same bytes, another generation time in the manifest
+    assert content_hash(TINY, rebuilt) == content_hash(TINY, full_data)
+    train = rebuilt / "tasks" / "train.jsonl"
+    train.write_text(train.read_text().replace("ib-1-toy-0001", "ib-1-toy-9999", 1))
+    manifest = load_manifest(rebuilt).model_copy(update={"content_digest": content_digest(rebuilt)})
+    (rebuilt / "manifest.json").write_text(manifest.model_dump_json())
+    assert content_hash(TINY, rebuilt) != content_hash(TINY, full_data)
+    (rebuilt / "manifest.json").write_text('{"seed": 0}')  # an older manifest format: rebuild, don't guess
+    with pytest.raises(FileNotFoundError, match="missing or outdated"):
+        content_hash(TINY, rebuilt)
 
 
 def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):

@@ -1,13 +1,15 @@
 """Local engine: logprobs and greedy decoding equal transformers', continuous batching, seeds, weights, pause."""
 
 import asyncio
+import logging
+import shutil
 
 import pytest
 import torch
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
-from trainer.engine.forward import KVPool, ModelWeights
+from trainer.engine.forward import KVPool, ModelWeights, compiled_decode_step, decode, decode_step, forward
 from trainer.engine.sampling import inverse_cdf_sample, top_p_filter
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
 from trainer.tokenizer import special_token_ids
@@ -29,11 +31,16 @@ def prompts(policy):
     return [tok.encode(t) for t in texts]
 
 
-@pytest.fixture
-def engine(policy):
+@pytest.fixture(params=[False, True], ids=["eager", "compiled"])
+def engine(request, policy):
+    """Every engine test runs with the eager decode step and with the torch.compile'd one."""
+    if request.param and not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("torch.compile's C++ backend needs a C++ compiler")
     model, tok = policy
-    with Engine(model, tok, EngineConfig(max_num_seqs=4, kv_initial_capacity=16)) as eng:
+    with Engine(model, tok, EngineConfig(max_num_seqs=4, kv_initial_capacity=16, compile=request.param)) as eng:
         yield eng
+        # A failed compilation falls back to eager silently but for a warning: make sure this one really compiled.
+        assert eng._decode_step is (compiled_decode_step() if request.param else decode_step)
 
 
 def hf_logprobs(model: Qwen3ForCausalLM, prompt: list[int], completion: list[int]) -> torch.Tensor:
@@ -274,6 +281,44 @@ def test_inverse_cdf_sample_by_hand():
     assert inverse_cdf_sample(probs[[1]], torch.tensor([0.0])).tolist() == [3]
     # u = 1 (as rounding can produce): capped at the last token with mass, never the zero-mass tail.
     assert inverse_cdf_sample(torch.tensor([[0.5, 0.5, 0.0]]), torch.tensor([1.0])).tolist() == [1]
+
+
+def test_a_failing_compiled_step_falls_back_to_eager_with_the_same_tokens(policy, prompts, caplog):
+    model, tok = policy
+    params = SamplingParams(temperature=1.0, seed=11, max_tokens=12, ignore_eos=True)
+    with Engine(model, tok, EngineConfig(max_num_seqs=2)) as eager:
+        expected = run(eager.generate(prompts[1], params))
+    with Engine(model, tok, EngineConfig(max_num_seqs=2)) as eng:
+
+        def broken_step(*args):
+            raise RuntimeError("inductor: C++ compile failed")
+
+        eng._decode_step = broken_step  # what a compiled step without a working compiler does on its first call
+        with caplog.at_level(logging.WARNING, logger="trainer.engine.engine"):
+            result = run(eng.generate(prompts[1], params))
+        assert eng._decode_step is decode_step
+    assert result.token_ids_T == expected.token_ids_T and result.logprobs_T == expected.logprobs_T
+    assert "decoding eagerly" in caplog.text and "C++ compile failed" in caplog.text
+
+
+def test_decode_step_equals_the_general_forward(policy, prompts):
+    """The pure decode step (cache read-only, own key attended separately) against `forward` with T = 1."""
+    model, _ = policy
+    weights = ModelWeights.from_hf(model, 64)
+    pools = [KVPool(weights, n_slots=3, initial_capacity=8) for _ in range(2)]
+    width = max(len(p) for p in prompts)
+    padded = torch.tensor([p + [0] * (width - len(p)) for p in prompts])
+    lengths = torch.tensor([len(p) for p in prompts])
+    tokens_B = torch.tensor([5, 17, 101])
+    for pool in pools:
+        for _ in prompts:
+            pool.allocate()
+        forward(weights, pool, 0, padded, torch.zeros(3, dtype=torch.long), lengths - 1)
+    reference = forward(weights, pools[0], 0, tokens_B[:, None], lengths, torch.zeros(3, dtype=torch.long))
+    logits = decode(weights, pools[1], 0, tokens_B, lengths)
+    assert (logits - reference).abs().max() < 1e-5
+    for cache in ("k", "v"):  # the new keys/values landed where `forward` puts them (and nothing else moved)
+        assert (getattr(pools[0], cache) - getattr(pools[1], cache)).abs().max() < 1e-5
 
 
 def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):

@@ -10,7 +10,7 @@ RoPE rotate-half with inv_freq from the model's rotary embedding, grouped-query 
 heads / kv_heads query heads) scaled by head_dim^-0.5, and logits = lm_head(rms(x_last)).
 
 Speed (a decode step of a tiny model is dominated by per-op overhead, not FLOPs): q/k/v and gate/up are fused into
-one matmul each (`ModelWeights` holds fused *copies*, so an update of the HF model must go through
+one matmul each (`ModelWeights` holds fused, layer-stacked *copies*, so an update of the HF model must go through
 `ModelWeights.from_hf` again, which `Engine.update_weights` does); RoPE cos/sin come from a table built once; and a
 batch always occupies a contiguous range of KV slots, so attention reads the cache as a view — no gather per layer.
 
@@ -21,7 +21,10 @@ position p only sees keys at positions <= p and a later real token overwrites th
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +34,10 @@ from transformers import Qwen3ForCausalLM
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One decoder layer's weights (nn.Linear layout [out, in]); qkv = [q; k; v] and gate_up = [gate; up] rows;
-    qk_norm [heads + kv_heads, head_dim] holds q_norm's weight for each query head, then k_norm's for each kv head."""
+    """Every decoder layer's weights, stacked over layers ([layers, ...], nn.Linear layout [out, in] after that);
+    qkv = [q; k; v] and gate_up = [gate; up] rows; qk_norm [layers, heads + kv_heads, head_dim] holds q_norm's
+    weight for each query head, then k_norm's for each kv head. One tensor per kind, not per layer: a compiled step
+    guards on every tensor argument on every call, and 7 guards cost far less than 7 × layers."""
 
     input_norm: Tensor
     qkv_proj: Tensor
@@ -48,12 +53,13 @@ class ModelWeights:
     """A Qwen3ForCausalLM's weights in the forward's layout, plus RoPE tables for positions [0, max_len)."""
 
     embed: Tensor
-    layers: tuple[LayerWeights, ...]
+    layers: LayerWeights
     final_norm: Tensor
     lm_head: Tensor
     cos_PD: Tensor
     signed_sin_PD: Tensor  # [-sin, +sin] over the two halves of head_dim, see `apply_rope`
     eps: float
+    n_layers: int
     n_heads: int
     n_kv_heads: int
     head_dim: int
@@ -61,31 +67,38 @@ class ModelWeights:
 
     @classmethod
     def from_hf(cls, model: Qwen3ForCausalLM, max_len: int) -> ModelWeights:
-        """Fused copies of q/k/v, gate/up and q/k-norm (the rest by reference), cos/sin for `max_len` positions."""
+        """Stacked, fused copies of the layers' weights (embedding and output layer by reference), cos/sin for
+        `max_len` positions."""
         cfg = model.config
         if cfg.model_type != "qwen3":
             raise ValueError(f"the engine runs Qwen3 models, got model_type={cfg.model_type!r}")
         if any(getattr(layer.self_attn, "sliding_window", None) for layer in model.model.layers):
             raise ValueError("sliding-window attention layers are not supported by the local engine")
+        hf_layers = model.model.layers
         with torch.no_grad():
-            layers = tuple(
-                LayerWeights(
-                    input_norm=layer.input_layernorm.weight.detach(),
-                    qkv_proj=torch.cat(
+
+            def stack(per_layer: Callable[[Any], Tensor]) -> Tensor:
+                return torch.stack([per_layer(layer).detach() for layer in hf_layers])
+
+            layers = LayerWeights(
+                input_norm=stack(lambda layer: layer.input_layernorm.weight),
+                qkv_proj=stack(
+                    lambda layer: torch.cat(
                         [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
-                    ),
-                    o_proj=layer.self_attn.o_proj.weight.detach(),
-                    qk_norm=torch.cat(
+                    )
+                ),
+                o_proj=stack(lambda layer: layer.self_attn.o_proj.weight),
+                qk_norm=stack(
+                    lambda layer: torch.cat(
                         [
                             layer.self_attn.q_norm.weight.expand(cfg.num_attention_heads, -1),
                             layer.self_attn.k_norm.weight.expand(cfg.num_key_value_heads, -1),
                         ]
-                    ),
-                    post_norm=layer.post_attention_layernorm.weight.detach(),
-                    gate_up_proj=torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-                    down_proj=layer.mlp.down_proj.weight.detach(),
-                )
-                for layer in model.model.layers
+                    )
+                ),
+                post_norm=stack(lambda layer: layer.post_attention_layernorm.weight),
+                gate_up_proj=stack(lambda layer: torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])),
+                down_proj=stack(lambda layer: layer.mlp.down_proj.weight),
             )
         rotary = model.model.rotary_emb
         # As transformers' Qwen3RotaryEmbedding: freqs = pos * inv_freq (fp32), emb = [freqs, freqs], times scaling.
@@ -103,6 +116,7 @@ class ModelWeights:
             cos_PD=(emb_PD.cos() * scaling).to(dtype),
             signed_sin_PD=torch.cat((-sin_PD[:, :half], sin_PD[:, half:]), dim=-1),
             eps=float(cfg.rms_norm_eps),
+            n_layers=len(hf_layers),
             n_heads=cfg.num_attention_heads,
             n_kv_heads=cfg.num_key_value_heads,
             head_dim=cfg.head_dim,
@@ -119,7 +133,7 @@ class KVPool:
     """
 
     def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256) -> None:
-        shape = (len(weights.layers), n_slots, weights.n_kv_heads, initial_capacity, weights.head_dim)
+        shape = (weights.n_layers, n_slots, weights.n_kv_heads, initial_capacity, weights.head_dim)
         self.k = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
         self.v = torch.zeros_like(self.k)
         self.n_used = 0
@@ -197,9 +211,10 @@ def forward(
     slots = slice(first_slot, first_slot + B)
 
     x = F.embedding(tokens_BT, w.embed)
-    for i, lw in enumerate(w.layers):
-        qkv = F.linear(rms_norm(x, lw.input_norm, w.eps), lw.qkv_proj).view(B, T, H + 2 * KV, D)
-        qk = apply_rope(rms_norm(qkv[:, :, : H + KV], lw.qk_norm, w.eps), cos_BT1D, sin_BT1D)
+    lw = w.layers
+    for i in range(w.n_layers):
+        qkv = F.linear(rms_norm(x, lw.input_norm[i], w.eps), lw.qkv_proj[i]).view(B, T, H + 2 * KV, D)
+        qk = apply_rope(rms_norm(qkv[:, :, : H + KV], lw.qk_norm[i], w.eps), cos_BT1D, sin_BT1D)
         q, k = qk[:, :, :H], qk[:, :, H:]
         cache_k, cache_v = pool.k[i, slots], pool.v[i, slots]
         cache_k[rows_B1, :, pos_BT] = k
@@ -212,8 +227,100 @@ def forward(
             scale=D**-0.5,
             enable_gqa=H != KV,
         )
-        x = x + F.linear(attn.transpose(1, 2).reshape(B, T, H * D), lw.o_proj)
-        gate, up = F.linear(rms_norm(x, lw.post_norm, w.eps), lw.gate_up_proj).split(w.intermediate, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, lw.down_proj)
+        x = x + F.linear(attn.transpose(1, 2).reshape(B, T, H * D), lw.o_proj[i])
+        gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
     x_last = x[:, 0] if T == 1 else x[rows_B1[:, 0], last_B]
     return F.linear(rms_norm(x_last, w.final_norm, w.eps), w.lm_head).float()
+
+
+def decode_step(
+    w: ModelWeights, k_cache: Tensor, v_cache: Tensor, first_slot: int, tokens_B: Tensor, pos_B: Tensor, n_past: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One new token per row (row b → KV slot first_slot + b, at position pos_B[b]), the decode half of `forward`.
+
+    Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`write_decoded_kv` stores
+    the new keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] (the first `n_past`
+    positions are read; later ones are masked) and to its own new key:
+
+        softmax([q·K_past / sqrt(D) + mask, q·k_new / sqrt(D)]) @ [V_past; v_new]
+
+    Returns fp32 logits [B, V] and the new keys and values, [layers, B * kv_heads, head_dim] each (row b * kv_heads + h
+    is head h of row b).
+    """
+    B = tokens_B.shape[0]
+    H, KV, D = w.n_heads, w.n_kv_heads, w.head_dim
+    cos_B1D = w.cos_PD[pos_B][:, None]
+    sin_B1D = w.signed_sin_PD[pos_B][:, None]
+    future_B11N = torch.arange(n_past, device=pos_B.device)[None, :] >= pos_B[:, None]
+    bias_B11N = torch.zeros(future_B11N.shape, dtype=cos_B1D.dtype, device=pos_B.device).masked_fill(
+        future_B11N, float("-inf")
+    )[:, None, None, :]
+    slots = slice(first_slot, first_slot + B)
+    scale = D**-0.5
+    new_k, new_v = [], []
+    x = F.embedding(tokens_B, w.embed)
+    lw = w.layers
+    for i in range(w.n_layers):
+        qkv = F.linear(rms_norm(x, lw.input_norm[i], w.eps), lw.qkv_proj[i]).view(B, H + 2 * KV, D)
+        qk = apply_rope(rms_norm(qkv[:, : H + KV], lw.qk_norm[i], w.eps), cos_B1D, sin_B1D)
+        q_BKGD = qk[:, :H].reshape(B, KV, H // KV, D)
+        k_BK1D, v_BK1D = qk[:, H:, None], qkv[:, H + KV :, None]
+        past_k, past_v = k_cache[i, slots, :, :n_past], v_cache[i, slots, :, :n_past]
+        scores = torch.cat(
+            (
+                torch.matmul(q_BKGD, past_k.transpose(-1, -2)) + bias_B11N,
+                torch.matmul(q_BKGD, k_BK1D.transpose(-1, -2)),
+            ),
+            dim=-1,
+        )
+        probs = torch.softmax(scores * scale, dim=-1)
+        attn = torch.matmul(probs[..., :n_past], past_v) + probs[..., n_past:] * v_BK1D
+        x = x + F.linear(attn.reshape(B, H * D), lw.o_proj[i])
+        gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
+        x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
+        new_k.append(k_BK1D[:, :, 0])
+        new_v.append(v_BK1D[:, :, 0])
+    logits_BV = F.linear(rms_norm(x, w.final_norm, w.eps), w.lm_head).float()
+    return logits_BV, torch.stack(new_k).view(w.n_layers, B * KV, D), torch.stack(new_v).view(w.n_layers, B * KV, D)
+
+
+DecodeStep = Callable[[ModelWeights, Tensor, Tensor, int, Tensor, Tensor, int], tuple[Tensor, Tensor, Tensor]]
+
+
+@functools.cache
+def compiled_decode_step() -> DecodeStep:
+    """`decode_step` through `torch.compile`, made once per process so every engine shares its compiled graphs.
+
+    Inductor fuses the step's ~30 small element-wise ops per layer into a few C++ kernels and, with its C++ wrapper,
+    calls them and the matmuls without Python in between — on a tiny model the step is per-op overhead, not FLOPs.
+    Shapes are dynamic (batch, past length, cache capacity), so batch 1 and batch > 1 are the only two compilations;
+    weights are graph inputs, so new weights never recompile.
+    """
+    return torch.compile(decode_step, dynamic=True, fullgraph=True, options={"cpp_wrapper": True})
+
+
+@torch.inference_mode()
+def decode(
+    w: ModelWeights,
+    pool: KVPool,
+    first_slot: int,
+    tokens_B: Tensor,
+    pos_B: Tensor,
+    step: DecodeStep = decode_step,
+    n_past: int | None = None,
+) -> Tensor:
+    """`forward` for one token per row: run `step` (`decode_step` or a compiled copy), store its keys and values at
+    (slot, pos_B) and return fp32 logits [B, V]. `n_past` = max(pos_B), if the caller knows it without a sync."""
+    B, KV = tokens_B.shape[0], w.n_kv_heads
+    n_past = int(pos_B.max()) if n_past is None else n_past
+    pool.ensure_capacity(n_past + 1)
+    logits_BV, k_LND, v_LND = step(w, pool.k, pool.v, first_slot, tokens_B, pos_B, n_past)
+    # One index_copy_ per cache over its [layers, slots * kv_heads * capacity, head_dim] view: the row of (slot s,
+    # head h, position p) is (s * kv_heads + h) * capacity + p.
+    heads_BK = first_slot * KV + torch.arange(B * KV, device=pos_B.device).view(B, KV)
+    rows_N = (heads_BK * pool.capacity + pos_B[:, None]).view(-1)
+    L, S, _, C, D = pool.k.shape
+    pool.k.view(L, S * KV * C, D).index_copy_(1, rows_N, k_LND)
+    pool.v.view(L, S * KV * C, D).index_copy_(1, rows_N, v_LND)
+    return logits_BV

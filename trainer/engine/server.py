@@ -315,8 +315,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--max-num-seqs", type=int, default=EngineConfig().max_num_seqs)
+    parser.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     args = parser.parse_args()
-    serve(args.model_dir, args.host, args.port, args.served_model_name, EngineConfig(max_num_seqs=args.max_num_seqs))
+    serve(
+        args.model_dir,
+        args.host,
+        args.port,
+        args.served_model_name,
+        EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile),
+    )
 
 
 if __name__ == "__main__":
