@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
@@ -321,10 +322,33 @@ def test_decode_step_equals_the_general_forward(policy, prompts):
         assert (getattr(pools[0], cache) - getattr(pools[1], cache)).abs().max() < 1e-5
 
 
+@pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="torch.compile needs a C++ compiler")
+def test_compiled_step_compiles_once_for_batch_1_and_once_for_any_larger_batch(policy, prompts):
+    """Batch sizes, past lengths and cache growth must not recompile (each compile costs ~10 s), and the compiled
+    step's logits equal the eager step's."""
+    model, _ = policy
+    weights = ModelWeights.from_hf(model, 256)
+    pools = {name: KVPool(weights, n_slots=4, initial_capacity=4) for name in ("eager", "compiled")}
+    for pool in pools.values():
+        for _ in range(4):
+            pool.allocate()
+    graphs_before = counters["stats"]["unique_graphs"]
+    # Batch 4 == the slot count first (the coincidence duck sizing would bake in), then 3, 1, 2; positions past the
+    # initial capacity of 4 make the pool grow between calls.
+    for step, batch in enumerate((4, 4, 3, 1, 2, 4, 1, 3)):
+        tokens_B = torch.tensor(prompts[0][:batch] + [7] * (batch - len(prompts[0][:batch])))
+        pos_B = torch.full((batch,), 2 + step)  # past lengths 0 and 1 would specialise (as batch 1 does)
+        eager = decode(weights, pools["eager"], 0, tokens_B, pos_B)
+        compiled = decode(weights, pools["compiled"], 0, tokens_B, pos_B, compiled_decode_step())
+        assert (compiled - eager).abs().max() < 1e-5
+    assert counters["stats"]["unique_graphs"] - graphs_before <= 2
+
+
 def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):
     model, _ = policy
     pool = KVPool(ModelWeights.from_hf(model, 32), n_slots=3, initial_capacity=4)
     assert [pool.allocate() for _ in range(3)] == [0, 1, 2] and pool.n_free == 0
-    pool.k[:, 2] = 7.0
+    with torch.inference_mode():  # the cache holds inference tensors, as the engine writes them
+        pool.k[:, 2] = 7.0
     assert pool.release(0) == 2 and torch.all(pool.k[:, 0] == 7.0)  # slot 2's sequence now lives in slot 0
     assert pool.release(1) is None and pool.n_free == 2 and pool.allocate() == 1

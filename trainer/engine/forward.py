@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import Qwen3ForCausalLM
@@ -132,6 +133,7 @@ class KVPool:
     follows the longest live sequence rather than the model's maximum context.
     """
 
+    @torch.inference_mode()  # inference tensors from the start, like `ensure_capacity`'s (a compiled step guards on it)
     def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256) -> None:
         shape = (weights.n_layers, n_slots, weights.n_kv_heads, initial_capacity, weights.head_dim)
         self.k = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
@@ -296,8 +298,22 @@ def compiled_decode_step() -> DecodeStep:
     calls them and the matmuls without Python in between — on a tiny model the step is per-op overhead, not FLOPs.
     Shapes are dynamic (batch, past length, cache capacity), so batch 1 and batch > 1 are the only two compilations;
     weights are graph inputs, so new weights never recompile.
+
+    Duck sizing is off while tracing: by default sizes that happen to be equal when a graph is traced (batch == KV
+    slots, vocabulary == RoPE table length) become one symbol, and the graph recompiles (~10 s) the first time they
+    differ. The flag is read only when a trace starts; setting it around each call costs ~3 µs.
     """
-    return torch.compile(decode_step, dynamic=True, fullgraph=True, options={"cpp_wrapper": True})
+    compiled = torch.compile(decode_step, dynamic=True, fullgraph=True, options={"cpp_wrapper": True})
+
+    def step(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+        duck = fx_config.use_duck_shape
+        fx_config.use_duck_shape = False
+        try:
+            return compiled(*args)
+        finally:
+            fx_config.use_duck_shape = duck
+
+    return step
 
 
 @torch.inference_mode()
