@@ -5,13 +5,14 @@ The policy is served by `trainer.engine.server.create_app` (uvicorn in a thread 
 or over stdio MCP in pooled sandboxes (`envs.rollout.pooled_envs`). Tasks come from `envs.build.build_environment`.
 Tools are listed compactly (one line each, as the bootstrap renders them for small models). Policies: a tiny random
 Qwen3 with a tokenizer trained on the task prompts and that tool listing (its rollouts are mostly one-turn garbage
-answers, which still exercises every piece of machinery) and, if the folder exists, the bootstrapped base model
-`models/base` (`recipe model bootstrap`).
+answers, which still exercises every piece of machinery) and, if it is built (`recipe model bootstrap`), the
+bootstrapped base under `models/base`, driven with the harness settings, apps and toy tasks it was trained for (local
+envs only: the sandbox pool's gateways serve every app, which would change the prompt the base knows).
 
 Printed per (policy, envs): rollouts/s and sampled tokens/s over the wall clock of all groups in flight at once, and
 the shares of the rollouts' summed time spent waiting on the engine (llm_s) vs on tools and grading (env_s).
 
-    .venv/bin/python benchmarks/rollouts_e2e.py --tasks 8 --group 4 --max-tokens 64
+    .venv/bin/python benchmarks/rollouts_e2e.py --tasks 8 --group 4 --max-tokens 64 [--compile]
 """
 
 from __future__ import annotations
@@ -38,18 +39,19 @@ from envs.rollout import local_envs, pooled_envs
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 from envs.types import TaskSpec, Trajectory
+from trainer.bootstrap import BootstrapSpec, harness_config, load_cached, select_tasks
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.server import create_app
 from trainer.model import TinyModelSpec, bootstrap_policy, load_policy
 
-BASE_MODEL = Path("models/base")
+BASE_MODELS = Path("models/base")
 SERVED_NAME = "policy"
 
 
 @contextmanager
-def served(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, slots: int, threads: int) -> Iterator[str]:
+def served(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, config: EngineConfig) -> Iterator[str]:
     """The engine's HTTP server on a free local port, in a daemon thread; yields its base URL."""
-    engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=slots, torch_threads=threads))
+    engine = Engine(model, tokenizer, config)
     try:
         with serve_in_thread(create_app(engine, SERVED_NAME)) as url:
             yield url
@@ -98,6 +100,7 @@ def main() -> None:
     parser.add_argument("--per-world", type=int, default=4, help="warm sandboxes per world in the pool")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the engine")
     parser.add_argument("--context", type=int, default=4096, help="context budget (prompt + turns) in tokens")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the engine's decode step")
     args = parser.parse_args()
     config = HarnessConfig(
         max_turns=args.max_turns,
@@ -106,6 +109,7 @@ def main() -> None:
         seed=0,
         tool_listing=ToolListing.COMPACT,
     )
+    engine_config = EngineConfig(max_num_seqs=args.slots, torch_threads=args.threads, compile=args.compile)
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch) / "data"
         build_environment(data)
@@ -114,29 +118,50 @@ def main() -> None:
         tasks = [all_tasks[i * len(all_tasks) // args.tasks] for i in range(args.tasks)]
         tools = asyncio.run(LocalToolSession(World(worlds / tasks[0].world_id)).list_tools())
         corpus = [compact_system_prompt(config.system_prompt, tools), *(t.prompt for t in all_tasks)]
-        policies = {"tiny random": lambda: bootstrap_policy(corpus, TinyModelSpec())}
-        if BASE_MODEL.is_dir():
-            policies["models/base"] = lambda: load_policy(BASE_MODEL)
-        print(f"{len(tasks)} tasks x {args.group} rollouts, <= {args.max_turns} turns of <= {args.max_tokens} tokens")
-        for name, load in policies.items():
-            model, tokenizer = load()
-            with served(model, tokenizer, args.slots, args.threads) as url:
-                started = time.perf_counter()
-                trajs = asyncio.run(
-                    run_all(url, tasks, lambda task: local_envs(task, worlds), tokenizer, config, args.group)
+        print(
+            f"{len(tasks)} tasks x {args.group} rollouts, <= {args.max_turns} turns of <= {args.max_tokens} tokens; "
+            f"engine compile={args.compile}"
+        )
+        model, tokenizer = bootstrap_policy(corpus, TinyModelSpec())
+        with served(model, tokenizer, engine_config) as url:
+            started = time.perf_counter()
+            trajs = asyncio.run(
+                run_all(url, tasks, lambda task: local_envs(task, worlds), tokenizer, config, args.group)
+            )
+            report("tiny random, local envs", trajs, time.perf_counter() - started)
+
+            async def pooled() -> tuple[list[Trajectory], float]:
+                provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks})
+                async with SandboxPool(provider, size_per_world=args.per_world) as pool:
+                    started = time.perf_counter()  # the pool's warm start is not part of a rollout
+                    trajs = await run_all(
+                        url, tasks, lambda task: pooled_envs(pool, task, worlds), tokenizer, config, args.group
+                    )
+                    return trajs, time.perf_counter() - started
+
+            report("tiny random, pooled stdio MCP", *asyncio.run(pooled()))
+
+        spec = BootstrapSpec()
+        base = load_cached(BASE_MODELS, spec, data)
+        if base is None:
+            print(f"no bootstrapped base under {BASE_MODELS} for this environment: run `recipe model bootstrap`")
+            return
+        toy = select_tasks(all_tasks, spec)
+        base_tasks = [toy[i * len(toy) // args.tasks] for i in range(args.tasks)]
+        model, tokenizer = load_policy(base.path)
+        with served(model, tokenizer, engine_config) as url:
+            started = time.perf_counter()
+            trajs = asyncio.run(
+                run_all(
+                    url,
+                    base_tasks,
+                    lambda task: local_envs(task, worlds, spec.apps),
+                    tokenizer,
+                    harness_config(spec),
+                    args.group,
                 )
-                report(f"{name}, local envs", trajs, time.perf_counter() - started)
-
-                async def pooled(tokenizer: PreTrainedTokenizerBase = tokenizer) -> tuple[list[Trajectory], float]:
-                    provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks})
-                    async with SandboxPool(provider, size_per_world=args.per_world) as pool:
-                        started = time.perf_counter()  # the pool's warm start is not part of a rollout
-                        trajs = await run_all(
-                            url, tasks, lambda task: pooled_envs(pool, task, worlds), tokenizer, config, args.group
-                        )
-                        return trajs, time.perf_counter() - started
-
-                report(f"{name}, pooled stdio MCP", *asyncio.run(pooled()))
+            )
+            report("models/base, local envs", trajs, time.perf_counter() - started)
 
 
 if __name__ == "__main__":

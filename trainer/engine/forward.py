@@ -207,8 +207,12 @@ def forward(
     pool.ensure_capacity(n_keys)
     cos_BT1D = F.embedding(pos_BT, w.cos_PD)[:, :, None]
     sin_BT1D = F.embedding(pos_BT, w.signed_sin_PD)[:, :, None]
-    # Query at position p may read keys at positions <= p of its own sequence.
-    mask_B1TK = (torch.arange(n_keys, device=tokens_BT.device)[None, None, :] <= pos_BT[:, :, None])[:, None]
+    # Query at position p may read keys at positions <= p of its own sequence. When every row starts at 0 that is
+    # plain causal attention over the rows' own new keys: SDPA's is_causal kernel, ~2x faster than an explicit mask.
+    fresh = T > 1 and not bool(start_B.any())
+    mask_B1TK = (
+        None if fresh else (torch.arange(n_keys, device=tokens_BT.device)[None, None, :] <= pos_BT[:, :, None])[:, None]
+    )
     rows_B1 = torch.arange(B, device=tokens_BT.device)[:, None]
     slots = slice(first_slot, first_slot + B)
 
@@ -217,17 +221,15 @@ def forward(
     for i in range(w.n_layers):
         qkv = F.linear(rms_norm(x, lw.input_norm[i], w.eps), lw.qkv_proj[i]).view(B, T, H + 2 * KV, D)
         qk = apply_rope(rms_norm(qkv[:, :, : H + KV], lw.qk_norm[i], w.eps), cos_BT1D, sin_BT1D)
-        q, k = qk[:, :, :H], qk[:, :, H:]
+        q, k, v = qk[:, :, :H], qk[:, :, H:], qkv[:, :, H + KV :]
         cache_k, cache_v = pool.k[i, slots], pool.v[i, slots]
         cache_k[rows_B1, :, pos_BT] = k
-        cache_v[rows_B1, :, pos_BT] = qkv[:, :, H + KV :]
+        cache_v[rows_B1, :, pos_BT] = v
+        keys, values = (
+            (k.transpose(1, 2), v.transpose(1, 2)) if fresh else (cache_k[:, :, :n_keys], cache_v[:, :, :n_keys])
+        )
         attn = F.scaled_dot_product_attention(
-            q.transpose(1, 2),
-            cache_k[:, :, :n_keys],
-            cache_v[:, :, :n_keys],
-            attn_mask=mask_B1TK,
-            scale=D**-0.5,
-            enable_gqa=H != KV,
+            q.transpose(1, 2), keys, values, attn_mask=mask_B1TK, is_causal=fresh, scale=D**-0.5, enable_gqa=H != KV
         )
         x = x + F.linear(attn.transpose(1, 2).reshape(B, T, H * D), lw.o_proj[i])
         gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
