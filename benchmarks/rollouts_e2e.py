@@ -12,7 +12,7 @@ envs only: the sandbox pool's gateways serve every app, which would change the p
 Printed per (policy, envs): rollouts/s and sampled tokens/s over the wall clock of all groups in flight at once, and
 the shares of the rollouts' summed time spent waiting on the engine (llm_s) vs on tools and grading (env_s).
 
-    .venv/bin/python benchmarks/rollouts_e2e.py --tasks 8 --group 4 --max-tokens 64 [--compile]
+    .venv/bin/python benchmarks/rollouts_e2e.py --tasks 8 --group 4 --max-tokens 64 [--compile] [--prefix-cache-slots 0]
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads of the engine")
     parser.add_argument("--context", type=int, default=4096, help="context budget (prompt + turns) in tokens")
     parser.add_argument("--compile", action="store_true", help="torch.compile the engine's decode step")
+    parser.add_argument(
+        "--prefix-cache-slots", type=int, default=EngineConfig().prefix_cache_slots, help="0: no prefix cache"
+    )
     args = parser.parse_args()
     config = HarnessConfig(
         max_turns=args.max_turns,
@@ -109,7 +112,12 @@ def main() -> None:
         seed=0,
         tool_listing=ToolListing.COMPACT,
     )
-    engine_config = EngineConfig(max_num_seqs=args.slots, torch_threads=args.threads, compile=args.compile)
+    engine_config = EngineConfig(
+        max_num_seqs=args.slots,
+        torch_threads=args.threads,
+        compile=args.compile,
+        prefix_cache_slots=args.prefix_cache_slots,
+    )
     with tempfile.TemporaryDirectory() as scratch:
         data = Path(scratch) / "data"
         build_environment(data)
@@ -120,7 +128,7 @@ def main() -> None:
         corpus = [compact_system_prompt(config.system_prompt, tools), *(t.prompt for t in all_tasks)]
         print(
             f"{len(tasks)} tasks x {args.group} rollouts, <= {args.max_turns} turns of <= {args.max_tokens} tokens; "
-            f"engine compile={args.compile}"
+            f"engine compile={args.compile}, prefix cache slots {args.prefix_cache_slots}"
         )
         model, tokenizer = bootstrap_policy(corpus, TinyModelSpec())
         with served(model, tokenizer, engine_config) as url:

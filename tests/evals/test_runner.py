@@ -171,15 +171,17 @@ def test_resume_runs_only_the_unfinished_trials(engine, tokenizer_dir, task_file
     with pytest.raises((Killed, BaseExceptionGroup)):
         run_eval(spec, progress=kill_after_three)
     finished = read_trials(tmp_path / "out" / TRIALS_FILE)
-    assert len(finished) == 3
+    # Trials run concurrently: one may still land between the kill and the cancellation of the others.
+    assert 3 <= len(finished) < 8
     with (tmp_path / "out" / TRIALS_FILE).open("a") as handle:
         handle.write('{"task_id": "t-3", "pass_in')  # a line cut short by the kill
     assert not (tmp_path / "out" / RESULT_FILE).exists()
 
     before = len(engine.requests)
     result = run_eval(spec)
-    assert (result.timings.trials_resumed, result.timings.trials_run) == (3, 5)
-    assert len(engine.requests) - before == 5 * 2  # two engine turns per remaining trial, none for finished ones
+    remaining = 8 - len(finished)
+    assert (result.timings.trials_resumed, result.timings.trials_run) == (len(finished), remaining)
+    assert len(engine.requests) - before == remaining * 2  # two engine turns per remaining trial, none for finished
     trials = read_trials(tmp_path / "out" / TRIALS_FILE)
     assert sorted(t.key for t in trials) == [(f"t-{i}", p) for i in range(4) for p in range(2)]
     assert len((tmp_path / "out" / TRAJECTORIES_FILE).read_text().splitlines()) == 8

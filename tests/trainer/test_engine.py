@@ -115,7 +115,10 @@ def test_seeded_sampling_is_reproducible(engine, prompts):
         )
 
     first, again, other = sample(7), sample(7), sample(8)
-    assert first.token_ids_T == again.token_ids_T and first.logprobs_T == again.logprobs_T
+    # `again` reuses `first`'s parked prompt (prefix cache): its last prompt token runs through another kernel, so
+    # logprobs agree to float rounding, not bit for bit; the draws are the same.
+    assert again.cached_tokens == len(prompts[0]) - 1
+    assert first.token_ids_T == again.token_ids_T and first.logprobs_T == pytest.approx(again.logprobs_T, abs=1e-5)
     assert first.token_ids_T != other.token_ids_T
 
 

@@ -62,10 +62,13 @@ def test_completions_with_token_ids_and_logprobs(app, policy):
     assert choice["logprobs"]["token_logprobs"] == pytest.approx(expected.tolist(), abs=1e-4)
     assert choice["logprobs"]["tokens"] == [tok.decode([t]) for t in choice["token_ids"]]
     assert all(2 <= len(top) <= 3 for top in choice["logprobs"]["top_logprobs"])  # k best + the sampled token
-    assert data["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 8, "total_tokens": len(prompt) + 8}
+    counts = {"prompt_tokens": len(prompt), "completion_tokens": 8, "total_tokens": len(prompt) + 8}
+    assert data["usage"] == data["usage"] | counts
     plain = post(app, "/v1/completions", {"prompt": prompt, "max_tokens": 8, "seed": 4, "ignore_eos": True}).json()
     assert plain["choices"][0]["logprobs"] is None and "token_ids" not in plain["choices"][0]
     assert plain["choices"][0]["text"] == choice["text"]  # same seed, same sample
+    # The same prompt again: all but its last token come from the prefix cache, reported as vLLM does.
+    assert plain["usage"]["prompt_tokens_details"] == {"cached_tokens": len(prompt) - 1}
 
 
 def test_text_prompt_n_samples_and_stop_string(app, policy):

@@ -15,8 +15,12 @@ weights and `pause()` returns only once no further token will be produced:
 Running requests fill KV slots 0 .. n-1 in `_running` order (a finished request's slot is refilled by the last
 one), so a decode step is one forward over a contiguous block of the cache and one batched sampling call.
 
-Simplifications against vLLM: no prefix caching (every request prefills its whole prompt), no chunked prefill, no
-preemption (a request holds its KV slot until it finishes; `max_num_seqs` bounds the running batch).
+A finished request's keys/values are parked in the prefix cache (prefix_cache.py), so the next turn of a rollout,
+whose prompt extends it token for token, prefills only its new tokens.
+
+Simplifications against vLLM: the prefix cache reuses only whole parked sequences that a prompt extends (no shared
+blocks between siblings), no chunked prefill, no preemption (a request holds its KV slot until it finishes;
+`max_num_seqs` bounds the running batch).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from trainer.engine.forward import (
     decode_step,
     forward,
 )
+from trainer.engine.prefix_cache import PrefixCache
 from trainer.engine.sampling import sample_batch
 from trainer.engine.types import Completion, EngineRequestError, FinishReason, PauseMode, SamplingParams
 
@@ -66,6 +71,12 @@ class EngineConfig(BaseModel):
     max_model_len: int | None = Field(None, ge=2, description="context limit; None: the model's max_position")
     max_prefill_tokens: int = Field(8192, ge=1, description="padded prompt tokens prefilled together in one step")
     kv_initial_capacity: int = Field(256, ge=1, description="initial KV length per slot (doubles on demand)")
+    prefix_cache_slots: int = Field(
+        64,
+        ge=0,
+        description="KV slots that keep finished requests' keys/values, so a request extending one (the next turn "
+        "of a rollout) prefills only its new tokens; 0 disables the prefix cache (see prefix_cache.py)",
+    )
     compile: bool = Field(
         False,
         description="run decode steps through torch.compile (inductor, C++ wrapper): ~2x faster steps on a tiny "
@@ -94,6 +105,7 @@ class _Sequence:
     logprobs: list[float] = field(default_factory=list)
     top_logprobs: list[dict[int, float]] = field(default_factory=list)
     version_start: int = -1
+    cached_tokens: int = 0  # leading prompt tokens restored from the prefix cache at admission
     cancelled: bool = False
     uniforms: list[float] = field(default_factory=list)  # pre-drawn from `generator`, consumed from the end
 
@@ -123,7 +135,14 @@ class Engine:
         self._weights = ModelWeights.from_hf(model, self.max_model_len)
         eos = model.generation_config.eos_token_id if model.generation_config else model.config.eos_token_id
         self.eos_token_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self._pool = KVPool(self._weights, self.config.max_num_seqs, self.config.kv_initial_capacity)
+        self._pool = KVPool(
+            self._weights, self.config.max_num_seqs, self.config.kv_initial_capacity, self.config.prefix_cache_slots
+        )
+        self._prefix_cache = (
+            PrefixCache(self._pool, self.config.max_num_seqs, self.config.prefix_cache_slots)
+            if self.config.prefix_cache_slots
+            else None
+        )
         self._decode_step: DecodeStep = compiled_decode_step() if self.config.compile else decode_step
         self._cond = threading.Condition()
         self._waiting: deque[_Sequence] = deque()
@@ -299,29 +318,36 @@ class Engine:
         with self._cond:
             while self._waiting and self._pool.n_free:
                 seq = self._waiting[0]
-                longest = max([len(seq.prompt), *(len(s.prompt) for s in admitted)])
-                if admitted and longest * (len(admitted) + 1) > self.config.max_prefill_tokens:
+                hit = self._prefix_cache.lookup(seq.prompt) if self._prefix_cache else None
+                new_tokens = len(seq.prompt) - (hit.n_tokens if hit else 0)
+                widest = max([new_tokens, *(len(s.prompt) - s.cached_tokens for s in admitted)])
+                if admitted and widest * (len(admitted) + 1) > self.config.max_prefill_tokens:
                     break
                 self._waiting.popleft()
                 if seq.cancelled:
                     self._finish(seq, FinishReason.abort)
                     continue
                 seq.slot = self._pool.allocate()
+                if hit is not None and self._prefix_cache is not None:
+                    self._prefix_cache.restore(hit, seq.slot)
+                    seq.cached_tokens = hit.n_tokens
                 admitted.append(seq)
         self._running.extend(admitted)
         return admitted
 
     def _prefill(self, seqs: list[_Sequence]) -> None:
-        width = max(len(s.prompt) for s in seqs)
-        padded = [s.prompt + [0] * (width - len(s.prompt)) for s in seqs]  # right-padding; see forward.py
+        """One forward over every admitted prompt's tokens past its cached prefix (right-padded rows)."""
+        rows = [s.prompt[s.cached_tokens :] for s in seqs]
+        width = max(len(row) for row in rows)
+        padded = [row + [0] * (width - len(row)) for row in rows]  # right-padding; see forward.py
         device = self._weights.embed.device
         logits_BV = forward(
             self._weights,
             self._pool,
             seqs[0].slot,
             torch.tensor(padded, device=device),
-            torch.zeros(len(seqs), dtype=torch.long, device=device),
-            torch.tensor([len(s.prompt) - 1 for s in seqs], device=device),
+            torch.tensor([s.cached_tokens for s in seqs], device=device),
+            torch.tensor([len(row) - 1 for row in rows], device=device),
         )
         self._sample(seqs, logits_BV)
 
@@ -388,6 +414,9 @@ class Engine:
         self, seq: _Sequence, outcome: FinishReason | BaseException, stop_reason: int | str | None = None
     ) -> None:
         if seq.slot is not None:
+            if self._prefix_cache is not None and not isinstance(outcome, BaseException):
+                # Keys/values exist for every token fed to the model: the prompt and all sampled tokens but the last.
+                self._prefix_cache.park(seq.slot, seq.prompt + seq.token_ids[:-1])
             # The last running request moves into the freed slot, keeping slots 0 .. n-1 aligned with `_running`.
             moved = self._pool.release(seq.slot)
             last = self._running.pop()
@@ -408,6 +437,7 @@ class Engine:
                 stop_reason=stop_reason,
                 weight_version_start=seq.version_start if seq.token_ids else self._version,
                 weight_version=self._version,
+                cached_tokens=seq.cached_tokens,
             )
         )
 
@@ -427,6 +457,8 @@ class Engine:
         with torch.no_grad():
             self._model.load_state_dict(state, strict=False)
         self._weights = ModelWeights.from_hf(self._model, self.max_model_len)  # re-fuse q/k/v and gate/up
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()  # keys/values computed with the old weights
         self._version += 1
         return self._version
 

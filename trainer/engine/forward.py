@@ -126,18 +126,20 @@ class ModelWeights:
 
 
 class KVPool:
-    """Keys and values for `n_slots` sequences: [layers, slots, kv_heads, capacity, head_dim] each.
+    """Keys and values for `n_slots` live sequences plus `n_parked` parked ones (see prefix_cache.py):
+    [layers, n_slots + n_parked, kv_heads, capacity, head_dim] each.
 
     Live sequences always fill slots 0 .. n_used - 1: `release` moves the last live slot into the hole, so a batch
-    of consecutive slots is a plain view of the cache. Capacity grows by doubling (copying the live prefix) so memory
-    follows the longest live sequence rather than the model's maximum context.
+    of consecutive slots is a plain view of the cache; parked slots come after slot n_slots - 1. Capacity grows by
+    doubling (copying the live prefix) so memory follows the longest sequence rather than the model's maximum context.
     """
 
     @torch.inference_mode()  # inference tensors from the start, like `ensure_capacity`'s (a compiled step guards on it)
-    def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256) -> None:
-        shape = (weights.n_layers, n_slots, weights.n_kv_heads, initial_capacity, weights.head_dim)
+    def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256, n_parked: int = 0) -> None:
+        shape = (weights.n_layers, n_slots + n_parked, weights.n_kv_heads, initial_capacity, weights.head_dim)
         self.k = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
         self.v = torch.zeros_like(self.k)
+        self.n_slots = n_slots
         self.n_used = 0
 
     @property
@@ -146,7 +148,7 @@ class KVPool:
 
     @property
     def n_free(self) -> int:
-        return self.k.shape[1] - self.n_used
+        return self.n_slots - self.n_used
 
     def allocate(self) -> int:
         if not self.n_free:

@@ -162,12 +162,14 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
             text = text[: text.find(completion.stop_reason)] if completion.stop_reason in text else text
         return text
 
-    def usage(prompt_ids: list[int], completions: list[Completion]) -> dict[str, int]:
+    def usage(prompt_ids: list[int], completions: list[Completion]) -> dict[str, Any]:
         generated = sum(len(c.token_ids_T) for c in completions)
         return {
             "prompt_tokens": len(prompt_ids),
             "completion_tokens": generated,
             "total_tokens": len(prompt_ids) + generated,
+            # As vLLM reports prefix-cache hits (with --enable-prompt-tokens-details).
+            "prompt_tokens_details": {"cached_tokens": max((c.cached_tokens for c in completions), default=0)},
         }
 
     def token_strings(ids: list[int]) -> list[str]:

@@ -55,3 +55,4 @@ class Completion:
     stop_reason: int | str | None  # the stop token id or stop string that ended the request, else None
     weight_version_start: int  # weights version that sampled the first token
     weight_version: int  # weights version that sampled the last token
+    cached_tokens: int = 0  # leading prompt tokens whose keys/values came from the prefix cache (not recomputed)
