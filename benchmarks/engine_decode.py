@@ -16,6 +16,15 @@ and joins the running batch (continuous batching, `--slots` KV slots). HF: stati
 requests in arrival order; a batch starts when its last request has arrived and the previous batch is done, left-pads
 its prompts and generates the batch's longest output length. Throughput = requested output tokens / makespan.
 
+Multi-turn scenario (what RL rollouts ask of an engine): `--rollouts` agents in lockstep, each `--turns` turns;
+turn k's prompt is turn k-1's prompt + its `--turn-tokens` greedy tokens + an observation of `--obs-len` tokens
+(TITO); the first prompt (`--turn-prompt-len`, default 1024: this project's prompts with a compact tool listing are
+~900 tokens, with full JSON schemas several thousand) stands for system prompt + tools + task. HF: one `generate`
+per turn over the batch of whole contexts (re-prefilled every turn: `generate` keeps no cache between calls). Ours:
+every rollout is its own chain of requests on one engine, with and without the prefix cache (which parks each
+finished turn, so the next turn prefills only the observation). Tokens/s counts sampled tokens; the greedy tokens of
+all three must agree.
+
     .venv/bin/python benchmarks/engine_decode.py --batch 1 8 32 --prompt-len 64 --new-tokens 128
 """
 
@@ -163,6 +172,51 @@ def serve_hf_static(model: Qwen3ForCausalLM, requests: list[Request], args: argp
     return clock
 
 
+def multi_turn_scenario(model: Qwen3ForCausalLM, args: argparse.Namespace) -> None:
+    rng = torch.Generator().manual_seed(2)
+    prompts = torch.randint(2, args.vocab, (args.rollouts, args.turn_prompt_len), generator=rng).tolist()
+    observations = torch.randint(2, args.vocab, (args.turns, args.rollouts, args.obs_len), generator=rng).tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=args.turn_tokens, ignore_eos=True)
+
+    def hf() -> list[list[int]]:
+        contexts = torch.tensor(prompts)
+        for turn in range(args.turns):
+            sampled = torch.tensor(hf_greedy(model, contexts, torch.ones_like(contexts), args.turn_tokens))
+            contexts = torch.cat([contexts, sampled, torch.tensor(observations[turn])], dim=1)
+        return contexts.tolist()
+
+    def ours(engine: Engine) -> Callable[[], list[list[int]]]:
+        async def rollout(index: int) -> list[int]:
+            context = list(prompts[index])
+            for turn in range(args.turns):
+                completion = await engine.generate(context, params)
+                context += completion.token_ids_T + observations[turn][index]
+            return context
+
+        async def run() -> list[list[int]]:
+            return list(await asyncio.gather(*(rollout(i) for i in range(args.rollouts))))
+
+        return lambda: asyncio.run(run())
+
+    config = EngineConfig(max_num_seqs=args.rollouts, torch_threads=args.threads, prefix_cache_slots=args.rollouts)
+    with (
+        Engine(model, config=config) as cached,
+        Engine(model, config=config.model_copy(update={"prefix_cache_slots": 0})) as cold,
+    ):
+        best = interleaved_best({"hf": hf, "no prefix cache": ours(cold), "prefix cache": ours(cached)}, args.repeats)
+    n_tokens = args.rollouts * args.turns * args.turn_tokens
+    hf_s, hf_contexts = best["hf"]
+    cells = []
+    for name in ("no prefix cache", "prefix cache"):
+        seconds, contexts = best[name]
+        assert contexts == hf_contexts, f"{name}: greedy rollouts differ from HF's"
+        cells.append(f"{name} {n_tokens / seconds:>6.0f} tok/s {hf_s / seconds:4.2f}x")
+    print(
+        f"multi-turn: {args.rollouts} rollouts x {args.turns} turns (prompt {args.turn_prompt_len}, {args.turn_tokens} "
+        f"tokens + {args.obs_len}-token observation per turn): hf {n_tokens / hf_s:>6.0f} tok/s | " + " | ".join(cells)
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
@@ -176,6 +230,13 @@ def main() -> None:
     parser.add_argument("--min-len", type=int, default=16)
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument("--gap-ms", type=float, default=10.0, help="serving: mean gap between arrivals")
+    parser.add_argument("--rollouts", type=int, default=16, help="multi-turn scenario: agents (0: skip it)")
+    parser.add_argument(
+        "--turn-prompt-len", type=int, default=1024, help="multi-turn: first prompt (system + tool listing + task)"
+    )
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turn-tokens", type=int, default=32, help="multi-turn: tokens sampled per turn")
+    parser.add_argument("--obs-len", type=int, default=48, help="multi-turn: observation tokens after each turn")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)  # process-wide; the engine's worker sets the same
@@ -200,6 +261,8 @@ def main() -> None:
                 for name, seconds in ours.items()
             )
         )
+    if args.rollouts:
+        multi_turn_scenario(model, args)
 
 
 if __name__ == "__main__":
