@@ -18,8 +18,8 @@ one), so a decode step is one forward over a contiguous block of the cache and o
 A finished request's keys/values are parked in the prefix cache (prefix_cache.py), so the next turn of a rollout,
 whose prompt extends it token for token, prefills only its new tokens.
 
-Simplifications against vLLM: the prefix cache reuses only whole parked sequences that a prompt extends (no shared
-blocks between siblings), no chunked prefill, no preemption (a request holds its KV slot until it finishes;
+Simplifications against vLLM: the prefix cache copies the longest common prefix out of one parked sequence (no
+shared, hashed KV blocks), no chunked prefill, no preemption (a request holds its KV slot until it finishes;
 `max_num_seqs` bounds the running batch).
 """
 
