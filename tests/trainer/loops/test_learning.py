@@ -1,8 +1,8 @@
 """The synchronous loop really learns: pass rate of the bootstrapped base on a fixed set of toy train tasks rises,
 by a one-sided two-proportion z-test at p < 0.01 (not a fixed threshold that could pass by chance).
 
-The base comes from ``RECIPE_BASE_POLICY`` (a bootstrapped policy folder) or is bootstrapped into
-``runs/test-cache/base`` (cached by content hash; minutes on 2 cores the first time).
+The base comes from ``RECIPE_BASE_POLICY`` (a bootstrapped policy folder) or from ``models/base``, the cache ``make
+demo`` fills (keyed by spec + environment content; bootstrapped here if missing, ~9-15 min on 2 cores).
 """
 
 import asyncio
@@ -30,6 +30,7 @@ from trainer.loops.common import (
 from trainer.loops.engine_adapter import InProcessEngine
 
 CACHE = Path("runs/test-cache")
+BASE_MODELS = Path(__file__).resolve().parents[3] / "models" / "base"
 
 
 def one_sided_z_p(passed_before: int, passed_after: int, n: int) -> float:
@@ -52,11 +53,12 @@ def test_z_test_by_hand():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # the base's first bootstrap, then 15 loop steps and two 32-sample evaluations
 def test_sync_loop_raises_the_pass_rate(tmp_path):
     torch.set_num_threads(1)
     data = CACHE / "data"
     ensure_environment(data)
-    base = Path(os.environ.get("RECIPE_BASE_POLICY") or bootstrap(BootstrapSpec(), data, CACHE / "base").path)
+    base = Path(os.environ.get("RECIPE_BASE_POLICY") or bootstrap(BootstrapSpec(), data, BASE_MODELS).path)
     spec = BootstrapReport.model_validate_json((base / "bootstrap.json").read_text()).spec
     candidates = [t for t in select_tasks(load_tasks(data), spec) if t.split is Split.TRAIN]
     config = SyncLoopConfig(
