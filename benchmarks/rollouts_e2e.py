@@ -6,8 +6,8 @@ or over stdio MCP in pooled sandboxes (`envs.rollout.pooled_envs`). Tasks come f
 Tools are listed compactly (one line each, as the bootstrap renders them for small models). Policies: a tiny random
 Qwen3 with a tokenizer trained on the task prompts and that tool listing (its rollouts are mostly one-turn garbage
 answers, which still exercises every piece of machinery) and, if it is built (`recipe model bootstrap`), the
-bootstrapped base under `models/base`, driven with the harness settings, apps and toy tasks it was trained for (local
-envs only: the sandbox pool's gateways serve every app, which would change the prompt the base knows).
+bootstrapped base under `models/base`, driven with the harness settings, apps and toy tasks it was trained for (its
+sandboxes' gateways serve only those apps, so the prompt is the one the base knows).
 
 Printed per (policy, envs): rollouts/s and sampled tokens/s over the wall clock of all groups in flight at once, and
 the shares of the rollouts' summed time spent waiting on the engine (llm_s) vs on tools and grading (env_s).
@@ -22,7 +22,7 @@ import asyncio
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -130,46 +130,46 @@ def main() -> None:
             f"{len(tasks)} tasks x {args.group} rollouts, <= {args.max_turns} turns of <= {args.max_tokens} tokens; "
             f"engine compile={args.compile}, prefix cache slots {args.prefix_cache_slots}"
         )
-        model, tokenizer = bootstrap_policy(corpus, TinyModelSpec())
-        with served(model, tokenizer, engine_config) as url:
-            started = time.perf_counter()
-            trajs = asyncio.run(
-                run_all(url, tasks, lambda task: local_envs(task, worlds), tokenizer, config, args.group)
-            )
-            report("tiny random, local envs", trajs, time.perf_counter() - started)
-
-            async def pooled() -> tuple[list[Trajectory], float]:
-                provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks})
-                async with SandboxPool(provider, size_per_world=args.per_world) as pool:
-                    started = time.perf_counter()  # the pool's warm start is not part of a rollout
-                    trajs = await run_all(
-                        url, tasks, lambda task: pooled_envs(pool, task, worlds), tokenizer, config, args.group
-                    )
-                    return trajs, time.perf_counter() - started
-
-            report("tiny random, pooled stdio MCP", *asyncio.run(pooled()))
-
+        policies = [("tiny random", *bootstrap_policy(corpus, TinyModelSpec()), tasks, config, None)]
         spec = BootstrapSpec()
         base = load_cached(BASE_MODELS, spec, data)
         if base is None:
             print(f"no bootstrapped base under {BASE_MODELS} for this environment: run `recipe model bootstrap`")
-            return
-        toy = select_tasks(all_tasks, spec)
-        base_tasks = [toy[i * len(toy) // args.tasks] for i in range(args.tasks)]
-        model, tokenizer = load_policy(base.path)
-        with served(model, tokenizer, engine_config) as url:
-            started = time.perf_counter()
-            trajs = asyncio.run(
-                run_all(
-                    url,
-                    base_tasks,
-                    lambda task: local_envs(task, worlds, spec.apps),
-                    tokenizer,
-                    harness_config(spec),
-                    args.group,
-                )
+        else:
+            toy = select_tasks(all_tasks, spec)
+            base_tasks = [toy[i * len(toy) // args.tasks] for i in range(args.tasks)]
+            policies.append(("models/base", *load_policy(base.path), base_tasks, harness_config(spec), spec.apps))
+        for name, model, tokenizer, policy_tasks, harness, apps in policies:
+            with served(model, tokenizer, engine_config) as url:
+                measure(name, url, policy_tasks, tokenizer, harness, worlds, apps, args)
+
+
+def measure(
+    name: str,
+    url: str,
+    tasks: list[TaskSpec],
+    tokenizer: PreTrainedTokenizerBase,
+    config: HarnessConfig,
+    worlds: Path,
+    apps: Sequence[str] | None,
+    args: argparse.Namespace,
+) -> None:
+    """Report the policy's rollouts with in-process tools, then through stdio MCP gateways in pooled sandboxes
+    (serving the same ``apps``, so the prompt is the same)."""
+    started = time.perf_counter()
+    trajs = asyncio.run(run_all(url, tasks, lambda task: local_envs(task, worlds, apps), tokenizer, config, args.group))
+    report(f"{name}, local envs", trajs, time.perf_counter() - started)
+
+    async def pooled() -> tuple[list[Trajectory], float]:
+        provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks}, apps=apps)
+        async with SandboxPool(provider, size_per_world=args.per_world) as pool:
+            started = time.perf_counter()  # the pool's warm start is not part of a rollout
+            trajs = await run_all(
+                url, tasks, lambda task: pooled_envs(pool, task, worlds), tokenizer, config, args.group
             )
-            report("models/base, local envs", trajs, time.perf_counter() - started)
+            return trajs, time.perf_counter() - started
+
+    report(f"{name}, pooled stdio MCP", *asyncio.run(pooled()))
 
 
 if __name__ == "__main__":

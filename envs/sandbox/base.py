@@ -18,7 +18,7 @@ import logging
 import signal
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from envs.mcp.client import GatewayClient, ToolOutcome
+from envs.mcp.servers import APP_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,21 @@ class Sandbox(ABC):
 
 
 class SandboxProvider(ABC):
-    """Starts sandboxes on the worlds it knows (``world_root_by_id``: pristine world folders, never written)."""
+    """Starts sandboxes on the worlds it knows (``world_root_by_id``: pristine world folders, never written), each
+    with a gateway serving ``apps`` (default: every app) — the tool listing a policy sees is exactly these apps'."""
 
-    def __init__(self, world_root_by_id: Mapping[str, Path], timeouts: SandboxTimeouts | None = None) -> None:
+    def __init__(
+        self,
+        world_root_by_id: Mapping[str, Path],
+        timeouts: SandboxTimeouts | None = None,
+        apps: Sequence[str] | None = None,
+    ) -> None:
         self.world_root_by_id = dict(world_root_by_id)
         self.timeouts = timeouts or SandboxTimeouts()
+        unknown = sorted(set(apps or ()) - set(APP_NAMES))
+        if unknown:
+            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
+        self.apps = tuple(apps) if apps else APP_NAMES
 
     def pristine(self, world_id: str) -> Path:
         if world_id not in self.world_root_by_id:

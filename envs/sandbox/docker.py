@@ -17,7 +17,7 @@ import asyncio
 import os
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +84,10 @@ class DockerProvider(SandboxProvider):
         timeouts: SandboxTimeouts | None = None,
         limits: ResourceLimits | None = None,
         scratch: Path | None = None,
+        apps: Sequence[str] | None = None,
         image: str = DEFAULT_IMAGE,
     ) -> None:
-        super().__init__(world_root_by_id, timeouts)
+        super().__init__(world_root_by_id, timeouts, apps)
         self.limits = limits or ResourceLimits.from_env()
         self.scratch = scratch or Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
         self.image = image
@@ -111,7 +112,7 @@ class DockerProvider(SandboxProvider):
         sandbox = DockerSandbox(world_id, copy, container, self.timeouts)
         REAPER.track(sandbox)
         try:
-            command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO)
+            command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO, apps=self.apps)
             docker_exec = ["docker", "exec", "-i", container.id, "python", *command[1:]]
             await sandbox.open_client(open_gateway(docker_exec, {}, None, self.timeouts))
         except BaseException:

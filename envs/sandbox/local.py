@@ -25,7 +25,7 @@ import stat
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,8 +249,9 @@ class LocalProvider(SandboxProvider):
         timeouts: SandboxTimeouts | None = None,
         limits: ResourceLimits | None = None,
         scratch: Path | None = None,
+        apps: Sequence[str] | None = None,
     ) -> None:
-        super().__init__(world_root_by_id, timeouts)
+        super().__init__(world_root_by_id, timeouts, apps)
         self.limits = limits or ResourceLimits.from_env()
         self.scratch = scratch or Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
         self._pristine: dict[str, Pristine] = {}
@@ -269,7 +270,7 @@ class LocalProvider(SandboxProvider):
         sandbox = LocalSandbox(world_id, copy, self.timeouts)
         REAPER.track(sandbox)
         try:
-            command = gateway_command(copy.root, Transport.STDIO)
+            command = gateway_command(copy.root, Transport.STDIO, apps=self.apps)
             await sandbox.open_client(open_gateway(command, self.limits.to_env(), copy.root, self.timeouts))
         except BaseException:
             await sandbox.close()

@@ -66,6 +66,18 @@ def test_unknown_world_and_bad_folder(pristine_world: Path, tmp_path: Path) -> N
         make_provider("kvm", {})
 
 
+def test_provider_apps_decide_the_tools_a_sandbox_serves(pristine_world: Path, tmp_path: Path) -> None:
+    async def listed() -> list[str]:
+        provider = LocalProvider({"w1": pristine_world}, scratch=tmp_path / "s", apps=("filesystem", "sheets"))
+        async with SandboxPool(provider, size_per_world=1) as pool, pool.acquire("w1") as sandbox:
+            return [tool.name for tool in await sandbox.client.list_tools()]
+
+    names = asyncio.run(listed())
+    assert names and {name.split("_", 1)[0] for name in names} == {"filesystem", "sheets"}
+    with pytest.raises(ValueError, match=r"unknown apps \['spreadsheets'\]; apps are: "):
+        LocalProvider({"w1": pristine_world}, apps=("filesystem", "spreadsheets"))
+
+
 def test_pool_rollouts_never_see_each_others_writes(pristine_world: Path, tmp_path: Path) -> None:
     async def rollouts() -> tuple[list[str], dict[str, float]]:
         provider = LocalProvider({"w1": pristine_world}, scratch=tmp_path / "scratch")
