@@ -245,8 +245,8 @@ def decode_step(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One new token per row (row b → KV slot first_slot + b, at position pos_B[b]), the decode half of `forward`.
 
-    Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`write_decoded_kv` stores
-    the new keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] (the first `n_past`
+    Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`decode` stores the new
+    keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] (the first `n_past`
     positions are read; later ones are masked) and to its own new key:
 
         softmax([q·K_past / sqrt(D) + mask, q·k_new / sqrt(D)]) @ [V_past; v_new]
@@ -300,8 +300,8 @@ def compiled_decode_step() -> DecodeStep:
 
     Inductor fuses the step's ~30 small element-wise ops per layer into a few C++ kernels and, with its C++ wrapper,
     calls them and the matmuls without Python in between — on a tiny model the step is per-op overhead, not FLOPs.
-    Shapes are dynamic (batch, past length, cache capacity), so batch 1 and batch > 1 are the only two compilations;
-    weights are graph inputs, so new weights never recompile.
+    Shapes are dynamic (batch, past length, cache capacity), so batch 1 and batch > 1 are the two compilations (a past
+    length of 1, from a one-token prompt, adds a third); weights are graph inputs, so new weights never recompile.
 
     Duck sizing is off while tracing: by default sizes that happen to be equal when a graph is traced (batch == KV
     slots, vocabulary == RoPE table length) become one symbol, and the graph recompiles (~10 s) the first time they
