@@ -253,7 +253,7 @@ def write_report(
     baseline: ReportRun | EvalResult | None = None,
 ) -> ReportFiles:
     """Write ``report.md`` and the PNG plots for ``runs`` (compared with ``baseline`` when given) into ``out_dir``."""
-    from evals.runner import write_atomic
+    from envs.files import atomic_write_text
 
     if not runs:
         raise ValueError("no runs to report")
@@ -292,5 +292,5 @@ def write_report(
         details = "; ".join(f"{key}: {value}" for key, value in run.provenance.items()) or "no details recorded"
         lines.append(f"- **{run.name}** — {details}")
     markdown = out_dir / REPORT_FILE
-    write_atomic(markdown, "\n".join(lines) + "\n")
+    atomic_write_text(markdown, "\n".join(lines) + "\n")
     return ReportFiles(markdown=markdown, plots=tuple(plots))

@@ -34,7 +34,6 @@ import contextlib
 import importlib
 import json
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -46,6 +45,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envs.files import atomic_write_text
 from envs.harness.agent import EnvFactory, HarnessConfig, run_group
 from envs.types import ErrorClass, Split, StopReason, TaskSpec, Trajectory
 from evals.stats import summarize
@@ -301,16 +301,6 @@ ProgressFn = Callable[[Progress], None]
 # --- files -----------------------------------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file beside ``path``, fsync it, then ``os.replace`` it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(text)
-        tmp.flush()
-        os.fsync(tmp.fileno())
-    os.replace(tmp.name, path)
-
-
 def _append_line(handle: IO[str], obj: dict[str, Any]) -> None:
     handle.write(json.dumps(obj) + "\n")
     handle.flush()
@@ -349,13 +339,13 @@ def _keep_finished(path: Path, keys: set[tuple[str, int]]) -> None:
         if key in keys and key not in seen:
             seen.add(key)
             kept.append(line)
-    write_atomic(path, "".join(kept))
+    atomic_write_text(path, "".join(kept))
 
 
 def _truncate_to_complete(path: Path) -> None:
     """Cut a line left half-written by a kill, so the next append starts on a fresh line."""
     if path.exists():
-        write_atomic(path, "".join(line for _, line in _complete_lines(path)))
+        atomic_write_text(path, "".join(line for _, line in _complete_lines(path)))
 
 
 def _prepare_out_dir(spec: EvalSpec) -> list[TrialRecord]:
@@ -370,7 +360,7 @@ def _prepare_out_dir(spec: EvalSpec) -> list[TrialRecord]:
                 f"{out} holds an eval of a different spec ({spec_path}); use another --out folder or delete it"
             )
     else:
-        write_atomic(spec_path, json.dumps(spec.identity(), indent=2))
+        atomic_write_text(spec_path, json.dumps(spec.identity(), indent=2))
     trials_path = out / TRIALS_FILE
     _truncate_to_complete(trials_path)
     finished = read_trials(trials_path)
@@ -567,7 +557,7 @@ def run_eval(spec: EvalSpec, progress: ProgressFn | None = None, tokenizer: Any 
         ),
         trials=sorted(records, key=lambda r: r.key),
     )
-    write_atomic(spec.out_dir / RESULT_FILE, result.model_dump_json(indent=2))
+    atomic_write_text(spec.out_dir / RESULT_FILE, result.model_dump_json(indent=2))
     return result
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import random
 import tempfile
 import time
@@ -45,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
 from envs.check import fork_world
+from envs.files import atomic_write_text
 from envs.harness.agent import HarnessConfig
 from envs.harness.chat import ToolListing, compact_system_prompt
 from envs.harness.tools import LocalToolSession
@@ -269,12 +269,6 @@ def tokenizer_corpus(
     return [*_world_texts(worlds_root), *(t.prompt for t in tasks), system_text, *trace_texts, *observations]
 
 
-def _write_json_atomic(path: Path, payload: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as tmp:
-        tmp.write(payload)
-    os.replace(tmp.name, path)
-
-
 def _log(progress: Progress | None, message: str) -> None:
     if progress is not None:
         progress(message)
@@ -373,7 +367,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
         timings={name: round(seconds, 2) for name, seconds in timings.items()},
         eval=rows,
     )
-    _write_json_atomic(path / REPORT_FILE, report.model_dump_json(indent=2))
+    atomic_write_text(path / REPORT_FILE, report.model_dump_json(indent=2))
     return BootstrapResult(path, report, cached=False)
 
 

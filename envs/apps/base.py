@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import json
-import os
-import tempfile
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +25,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, create_model
 
+from envs.files import atomic_write_json
 from envs.paths import PathEscapeError, resolve_inside
 
 
@@ -114,29 +112,6 @@ def open_with(loader: Callable[[Path], Loaded], file: Path, kind: str) -> Loaded
         raise
     except Exception as error:
         raise ToolError(f"cannot open {file.name} as {kind}: {type(error).__name__}: {error}") from error
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in its folder and ``os.replace``: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # --- app state (mail, chat, calendar) ---------------------------------------------------------------------------------

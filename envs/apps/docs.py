@@ -13,7 +13,8 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pydantic import Field
 
-from envs.apps.base import ToolError, World, atomic_write_bytes, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.files import atomic_write_bytes
 
 APP = "docs"
 SUFFIXES = (".docx",)

@@ -8,7 +8,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from envs.apps.base import READER_BY_SUFFIX, ToolError, World, atomic_write_text, tool
+from envs.apps.base import READER_BY_SUFFIX, ToolError, World, tool
+from envs.files import atomic_write_text
 from envs.paths import PathEscapeError
 
 APP = "filesystem"

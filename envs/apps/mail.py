@@ -12,7 +12,6 @@ from envs.apps.base import (
     Timestamp,
     ToolError,
     World,
-    atomic_write_bytes,
     load_app_state,
     matches,
     next_id,
@@ -20,6 +19,7 @@ from envs.apps.base import (
     save_app_state,
     tool,
 )
+from envs.files import atomic_write_bytes
 from envs.paths import resolve_inside
 
 APP = "mail"

@@ -22,7 +22,8 @@ from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 from pycel import ExcelCompiler
 
-from envs.apps.base import ToolError, World, atomic_write_bytes, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.files import atomic_write_bytes
 
 APP = "sheets"
 SUFFIXES = (".xlsx",)

@@ -13,7 +13,8 @@ from pptx.shapes.base import BaseShape
 from pptx.slide import Slide, SlideLayout
 from pptx.util import Inches, Pt
 
-from envs.apps.base import ToolError, World, atomic_write_bytes, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.files import atomic_write_bytes
 
 APP = "slides"
 SUFFIXES = (".pptx",)

@@ -49,6 +49,7 @@ from envs.apps.base import describe_validation_error
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, exec_env, run_limited
 from envs.apps.filesystem import read_text_or_none
 from envs.check import fork_world
+from envs.files import atomic_write_text
 from envs.graders import grade
 from envs.harness.agent import EnvFactory, SampleEnv
 from envs.harness.parsing import ToolCall
@@ -386,18 +387,6 @@ def _grep(session: CodeToolSession, args: GrepArgs) -> str:
     return "\n".join(hits[:MAX_GREP_HITS]) + (f"\n[… {extra} more matches; narrow the search]" if extra > 0 else "")
 
 
-def _atomic_write(file: Path, text: str) -> None:
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, file)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @_code_tool(
     "write",
     WriteArgs,
@@ -408,7 +397,7 @@ def _write(session: CodeToolSession, args: WriteArgs) -> str:
     file = session.resolve(args.path)
     if file.is_dir():
         raise ToolError(f"{args.path!r} is a folder, not a file")
-    _atomic_write(file, args.content)
+    atomic_write_text(file, args.content)
     return f"wrote {len(args.content)} characters to {session.shown(file)}"
 
 
@@ -432,7 +421,7 @@ def _edit(session: CodeToolSession, args: EditArgs) -> str:
         raise ToolError(
             f"old_string occurs {count} times in {args.path!r}: add context to make it unique or set replace_all"
         )
-    _atomic_write(file, text.replace(args.old_string, args.new_string))
+    atomic_write_text(file, text.replace(args.old_string, args.new_string))
     return f"replaced {count if args.replace_all else 1} occurrence(s) in {session.shown(file)}"
 
 

@@ -13,11 +13,12 @@ import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from envs.files import atomic_write_bytes
 from envs.types import Domain
 from envs.worlds import ib, law, mc
 from envs.worlds.content import WorldContent
 from envs.worlds.facts import ChatFact, EventFact, MessageFact, TextFact, WorldFacts
-from envs.worlds.render import write_atomic, write_deck, write_document, write_json, write_pdf, write_workbook
+from envs.worlds.render import write_deck, write_document, write_json, write_pdf, write_workbook
 
 Builder = Callable[[str, random.Random], WorldContent]
 
@@ -60,7 +61,7 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
         write_deck(deck, filesystem)
     write_pdf(content.pdf, filesystem)
     for path, text in content.text_files.items():
-        write_atomic(filesystem / path, (text + "\n").encode())
+        atomic_write_bytes(filesystem / path, (text + "\n").encode())
     messages, events, chats = _write_apps_data(content, dest)
     return WorldFacts(
         world_id=world_id,
@@ -94,7 +95,9 @@ def _write_apps_data(content: WorldContent, dest: Path) -> tuple[list[MessageFac
         message_id = f"m{number:03d}"
         names = [Path(path).name for path in spec.attachments]
         for path, name in zip(spec.attachments, names, strict=True):
-            write_atomic(apps / "mail" / "attachments" / message_id / name, (dest / "filesystem" / path).read_bytes())
+            atomic_write_bytes(
+                apps / "mail" / "attachments" / message_id / name, (dest / "filesystem" / path).read_bytes()
+            )
         mailbox.append(
             {"id": message_id, "folder": spec.folder, "thread_id": spec.thread, "from": spec.sender, "to": spec.to,
              "cc": spec.cc, "date": spec.sent.isoformat(), "subject": spec.subject, "body": spec.body,

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +39,8 @@ from reportlab.platypus import (
     Table,
     TableStyle,
 )
+
+from envs.files import atomic_write_bytes
 
 FIXED_TIME = datetime(2026, 1, 5, 9, 0, 0)
 """The created/modified stamp of every generated office file (and the zip entry time)."""
@@ -112,21 +112,8 @@ class PdfSpec:
 # --- writing ---------------------------------------------------------------------------------------------------------
 
 
-def write_atomic(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` through a temp file in the same folder and ``os.replace`` (never half-written)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(target: Path, payload: Any) -> None:
-    write_atomic(target, (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode())
+    atomic_write_bytes(target, (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode())
 
 
 def normalize_ooxml(data: bytes) -> bytes:
@@ -148,7 +135,7 @@ def normalize_ooxml(data: bytes) -> bytes:
 def _save_office(document: Any, target: Path) -> None:
     buffer = io.BytesIO()
     document.save(buffer)
-    write_atomic(target, normalize_ooxml(buffer.getvalue()))
+    atomic_write_bytes(target, normalize_ooxml(buffer.getvalue()))
 
 
 def write_workbook(spec: WorkbookSpec, root: Path) -> None:
@@ -258,4 +245,4 @@ def write_pdf(spec: PdfSpec, root: Path) -> None:
     )
     story.append(table)
     document.build(story)
-    write_atomic(root / spec.path, buffer.getvalue())
+    atomic_write_bytes(root / spec.path, buffer.getvalue())

@@ -87,9 +87,9 @@ def _eval_run(args: argparse.Namespace) -> int:
 
 
 def _eval_mcq(args: argparse.Namespace) -> int:
+    from envs.files import atomic_write_text
     from evals.mcq import BUNDLED_MCQ, McqApi, load_mcq, run_mcq
     from evals.report import fmt_estimate
-    from evals.runner import write_atomic
 
     rows = load_mcq(Path(args.file) if args.file else BUNDLED_MCQ)
     result = run_mcq(rows, args.engine_url, args.model, args.passes, args.temperature, api=McqApi(args.api))
@@ -98,7 +98,7 @@ def _eval_mcq(args: argparse.Namespace) -> int:
         f"(no answer extracted: {result.no_answer_rate:.1%})"
     )
     if args.out:
-        write_atomic(Path(args.out) / "mcq.json", result.model_dump_json(indent=2))
+        atomic_write_text(Path(args.out) / "mcq.json", result.model_dump_json(indent=2))
     return 0
 
 

@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.build import build_environment, load_tasks
+from envs.files import atomic_write_json
 from envs.harness.agent import run_group
 from envs.harness.chat import compact_system_prompt, encode, initial_messages, prompt_ids
 from envs.harness.engine_client import Completion, CompletionsClient
@@ -96,13 +96,6 @@ class RecordingEngine:
         return completion
 
 
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}-", delete=False) as tmp:
-        json.dump(data, tmp, indent=2, sort_keys=True)
-    os.replace(tmp.name, path)
-
-
 def hf_logprobs(model: Qwen3ForCausalLM, prompt: list[int], ids: list[int]) -> list[float]:
     """log softmax(logits)[t] of each sampled id t given everything before it: one fp32 teacher-forced forward."""
     with torch.no_grad():
@@ -136,7 +129,7 @@ def abs_delta_stats(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
 def summary() -> Iterator[dict[str, Any]]:
     data: dict[str, Any] = {}
     yield data
-    _write_json_atomic(SUMMARY_PATH, data)
+    atomic_write_json(SUMMARY_PATH, data)
 
 
 @pytest.fixture(scope="module")

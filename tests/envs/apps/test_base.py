@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
-from envs.apps.base import atomic_write_json, atomic_write_text, matches, next_id, parse_timestamp
+from envs.apps.base import matches, next_id, parse_timestamp
+from envs.files import atomic_write_json, atomic_write_text
 
 CATALOGUE = {
     "filesystem": {"list_files", "read_file", "write_file", "search_files"},
