@@ -80,7 +80,8 @@ def test_weight_update_clears_the_cache(policy):
 def test_least_recently_used_sequence_is_evicted(policy):
     model, _ = policy
     pool = KVPool(ModelWeights.from_hf(model, 64), n_slots=1, initial_capacity=8, n_parked=2)
-    cache = PrefixCache(pool, first_slot=1, n_slots=2)
+    cache = PrefixCache(pool)
+    assert pool.parked_slots == range(1, 3)
     running = pool.allocate()
     with torch.inference_mode():
         for value, tokens in ((1.0, [1, 2, 3]), (2.0, [4, 5, 6]), (3.0, [7, 8, 9])):

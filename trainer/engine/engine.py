@@ -138,11 +138,7 @@ class Engine:
         self._pool = KVPool(
             self._weights, self.config.max_num_seqs, self.config.kv_initial_capacity, self.config.prefix_cache_slots
         )
-        self._prefix_cache = (
-            PrefixCache(self._pool, self.config.max_num_seqs, self.config.prefix_cache_slots)
-            if self.config.prefix_cache_slots
-            else None
-        )
+        self._prefix_cache = PrefixCache(self._pool) if self.config.prefix_cache_slots else None
         self._decode_step: DecodeStep = compiled_decode_step() if self.config.compile else decode_step
         self._cond = threading.Condition()
         self._waiting: deque[_Sequence] = deque()

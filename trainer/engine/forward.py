@@ -150,6 +150,11 @@ class KVPool:
     def n_free(self) -> int:
         return self.n_slots - self.n_used
 
+    @property
+    def parked_slots(self) -> range:
+        """The slots after the live ones, kept for the prefix cache."""
+        return range(self.n_slots, self.k.shape[1])
+
     def allocate(self) -> int:
         if not self.n_free:
             raise RuntimeError("KV pool has no free slot")

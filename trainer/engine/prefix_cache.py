@@ -31,11 +31,11 @@ class PrefixHit:
 
 
 class PrefixCache:
-    """Parked sequences in slots `first_slot ..` of `pool`, least recently used first."""
+    """Parked sequences in the parked slots of `pool`, least recently used first."""
 
-    def __init__(self, pool: KVPool, first_slot: int, n_slots: int) -> None:
+    def __init__(self, pool: KVPool) -> None:
         self._pool = pool
-        self._free = list(range(first_slot + n_slots - 1, first_slot - 1, -1))
+        self._free = list(reversed(pool.parked_slots))
         self._parked: OrderedDict[int, list[int]] = OrderedDict()  # slot -> the tokens whose keys/values it holds
         self.hits = 0
         self.reused_tokens = 0
