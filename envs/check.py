@@ -2,7 +2,10 @@
 
 A task whose oracle does not reach reward 1 is not a valid task (step 1 of the recipe: de-risk the environment).
 The oracle's tool calls go straight to the Python apps (``python``), or through the real MCP gateway: in-process
-(``inmemory``) or as a stdio server in a warm local sandbox from the pool (``stdio``), as rollouts do.
+(``inmemory``) or as a stdio server in a warm local sandbox from the pool (``stdio``), as rollouts do. Every call is
+recorded (``ToolCallRecord``: tool, ok, error class, returned nothing, latency), so the de-risk stage can compute
+per-tool failure and empty-on-success rates over calls whose arguments are known to be right. ``variants`` puts
+known-bad tool variants (``envs.mcp.variants``) in front of the apps on the MCP transports.
 """
 
 from __future__ import annotations
@@ -12,14 +15,19 @@ import shutil
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from envs.apps import World, call_tool
+from envs.apps import ToolError, World
 from envs.graders import grade
+from envs.harness.tools import ToolOutcome, app_outcome, call_record
+from envs.mcp.servers import mcp_name
+from envs.mcp.variants import BadVariant
 from envs.oracle import OracleRun, require_oracle, run_oracle
-from envs.types import TaskSpec
+from envs.probes import run_probes
+from envs.types import TaskSpec, ToolCallRecord
 
 
 class OracleTransport(StrEnum):
@@ -38,6 +46,21 @@ class OracleCheck:
     score: float
     seconds: float
     error: str | None = None
+    tool_calls: tuple[ToolCallRecord, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ProbeCall:
+    """One tool probe (``envs.probes``) on one world."""
+
+    world_id: str
+    record: ToolCallRecord
+
+
+@dataclass(frozen=True)
+class EnvironmentCheck:
+    oracles: list[OracleCheck]
+    probes: list[ProbeCall]
 
 
 Scored = tuple[float, bool, str | None]  # score, passed, why not
@@ -50,6 +73,28 @@ def fork_world(pristine: Path, dest: Path) -> Path:
     return dest
 
 
+class _CallLog:
+    """Every call one oracle run makes, in order."""
+
+    def __init__(self) -> None:
+        self.records: list[ToolCallRecord] = []
+
+    def record(self, name: str, args: dict[str, Any], outcome: ToolOutcome) -> None:
+        self.records.append(call_record(len(self.records), mcp_name(name), args, outcome))
+
+    def direct(self, world: World) -> Callable[[str, dict[str, Any]], str]:
+        """A caller over the Python apps (the ``python`` transport) that records each call and raises on errors."""
+
+        def call(name: str, args: dict[str, Any]) -> str:
+            outcome = app_outcome(world, name, args)
+            self.record(name, args, outcome)
+            if outcome.is_error:
+                raise ToolError(outcome.text)
+            return outcome.text
+
+        return call
+
+
 def _graded(task: TaskSpec, run: OracleRun, pristine: Path, after: Path) -> Scored:
     result = grade(task, run.answer, pristine, after)
     return result.score, result.passed, "; ".join(c.detail for c in result.criteria if not c.passed) or None
@@ -60,7 +105,7 @@ def _failed(exc: Exception) -> Scored:
     return 0.0, False, f"{type(exc).__name__}: {exc}"
 
 
-def _record(task: TaskSpec, started: float, scored: Scored) -> OracleCheck:
+def _record(task: TaskSpec, started: float, scored: Scored, calls: _CallLog) -> OracleCheck:
     score, passed, error = scored
     return OracleCheck(
         task_id=task.task_id,
@@ -71,69 +116,107 @@ def _record(task: TaskSpec, started: float, scored: Scored) -> OracleCheck:
         score=score,
         seconds=time.perf_counter() - started,
         error=error,
+        tool_calls=tuple(calls.records),
     )
 
 
 def check_task(task: TaskSpec, worlds_root: Path) -> OracleCheck:
-    started, pristine = time.perf_counter(), worlds_root / task.world_id
+    started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
     with tempfile.TemporaryDirectory(prefix=f"oracle-{task.task_id}-") as scratch:
         try:
             world = World(fork_world(pristine, Path(scratch) / task.world_id))
-            run = run_oracle(require_oracle(task), lambda name, args: call_tool(world, name, args))
+            run = run_oracle(require_oracle(task), calls.direct(world))
             scored = _graded(task, run, pristine, world.root)
         except Exception as exc:
             scored = _failed(exc)
-    return _record(task, started, scored)
+    return _record(task, started, scored, calls)
 
 
-async def _check_inmemory(tasks: list[TaskSpec], worlds_root: Path, report: Report) -> None:
+async def _check_inmemory(
+    tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
+) -> list[ProbeCall]:
     from envs.mcp.client import GatewayClient, Transport
     from envs.mcp.oracle import run_oracle_via
 
     for task in tasks:  # sequential: each session's cancel scopes must close in the task that opened them
-        started, pristine = time.perf_counter(), worlds_root / task.world_id
+        started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
         with tempfile.TemporaryDirectory(prefix=f"oracle-{task.task_id}-") as scratch:
             try:
                 copy = fork_world(pristine, Path(scratch) / task.world_id)
-                async with GatewayClient(Transport.INMEMORY, world=copy) as client:
-                    run = await run_oracle_via(client, require_oracle(task))
+                async with GatewayClient(Transport.INMEMORY, world=copy, variants=variants) as client:
+                    run = await run_oracle_via(client, require_oracle(task), calls.record)
                 scored = _graded(task, run, pristine, copy)
             except Exception as exc:
                 scored = _failed(exc)
-        report(_record(task, started, scored))
+        report(_record(task, started, scored, calls))
+    probes = []
+    for world_id in _world_ids(tasks):
+        with tempfile.TemporaryDirectory(prefix=f"probe-{world_id}-") as scratch:
+            copy = fork_world(worlds_root / world_id, Path(scratch) / world_id)
+            async with GatewayClient(Transport.INMEMORY, world=copy, variants=variants) as client:
+                probes += [ProbeCall(world_id, record) for record in await run_probes(client.call)]
+    return probes
 
 
-async def _check_stdio(tasks: list[TaskSpec], worlds_root: Path, report: Report) -> None:
+async def _check_stdio(
+    tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
+) -> list[ProbeCall]:
     from envs.mcp.oracle import run_oracle_via
     from envs.sandbox.local import LocalProvider
     from envs.sandbox.pool import SandboxPool
 
-    world_ids = sorted({task.world_id for task in tasks})
-    provider = LocalProvider({world_id: worlds_root / world_id for world_id in world_ids})
+    world_ids = _world_ids(tasks)
+    provider = LocalProvider({world_id: worlds_root / world_id for world_id in world_ids}, variants=variants)
     async with SandboxPool(provider, size_per_world=1) as pool:
         for task in tasks:
-            started, pristine = time.perf_counter(), worlds_root / task.world_id
+            started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
             async with pool.acquire(task.world_id) as sandbox:  # reset to pristine when released
                 try:
-                    run = await run_oracle_via(sandbox.client, require_oracle(task))
+                    run = await run_oracle_via(sandbox.client, require_oracle(task), calls.record)
                     scored = _graded(task, run, pristine, sandbox.world_root)
                 except Exception as exc:
                     scored = _failed(exc)
-            report(_record(task, started, scored))
+            report(_record(task, started, scored, calls))
+        probes = []
+        for world_id in world_ids:
+            async with pool.acquire(world_id) as sandbox:
+                probes += [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
+    return probes
 
 
-_MCP_CHECKS: dict[OracleTransport, Callable[[list[TaskSpec], Path, Report], Awaitable[None]]] = {
+McpCheck = Callable[[list[TaskSpec], Path, Report, frozenset[BadVariant]], Awaitable[list[ProbeCall]]]
+_MCP_CHECKS: dict[OracleTransport, McpCheck] = {
     OracleTransport.INMEMORY: _check_inmemory,
     OracleTransport.STDIO: _check_stdio,
 }
 
 
-def check_oracles(
+def _world_ids(tasks: Iterable[TaskSpec]) -> list[str]:
+    return sorted({task.world_id for task in tasks})
+
+
+def _probe_directly(tasks: list[TaskSpec], worlds_root: Path) -> list[ProbeCall]:
+    probes = []
+    for world_id in _world_ids(tasks):
+        with tempfile.TemporaryDirectory(prefix=f"probe-{world_id}-") as scratch:
+            world = World(fork_world(worlds_root / world_id, Path(scratch) / world_id))
+
+            async def call(name: str, args: dict[str, Any], world: World = world) -> ToolOutcome:
+                return app_outcome(world, name, args)
+
+            probes += [ProbeCall(world_id, record) for record in asyncio.run(run_probes(call))]
+    return probes
+
+
+def check_environment(
     tasks: Iterable[TaskSpec],
     worlds_root: Path,
     on_result: Report | None = None,
     transport: OracleTransport = OracleTransport.PYTHON,
-) -> list[OracleCheck]:
+    variants: frozenset[BadVariant] = frozenset(),
+) -> EnvironmentCheck:
+    """Every task's oracle (``on_result`` sees each as it finishes), then the tool probes on every world."""
+    tasks = list(tasks)
     results: list[OracleCheck] = []
 
     def report(result: OracleCheck) -> None:
@@ -142,8 +225,22 @@ def check_oracles(
             on_result(result)
 
     if transport is OracleTransport.PYTHON:
+        if variants:
+            raise ValueError("known-bad variants live in the MCP gateway: use the inmemory or stdio transport")
         for task in tasks:
             report(check_task(task, worlds_root))
+        probes = _probe_directly(tasks, worlds_root)
     else:
-        asyncio.run(_MCP_CHECKS[transport](list(tasks), worlds_root, report))
-    return results
+        probes = asyncio.run(_MCP_CHECKS[transport](tasks, worlds_root, report, variants))
+    return EnvironmentCheck(results, probes)
+
+
+def check_oracles(
+    tasks: Iterable[TaskSpec],
+    worlds_root: Path,
+    on_result: Report | None = None,
+    transport: OracleTransport = OracleTransport.PYTHON,
+    variants: frozenset[BadVariant] = frozenset(),
+) -> list[OracleCheck]:
+    """``check_environment``'s oracle results."""
+    return check_environment(tasks, worlds_root, on_result, transport, variants).oracles

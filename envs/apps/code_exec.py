@@ -49,6 +49,14 @@ class ExecResult:
             stderr += f"\n[timed out after {min(timeout_s, self.wall_s):g} s: the process and its children were killed]"
         return f"exit_code: {self.exit_code}\nstdout:\n{self.stdout}\nstderr:\n{stderr}"
 
+    def answer(self, timeout_s: float) -> str:
+        """The rendered result; a program that failed (non-zero exit or timeout) comes back as a tool error with the
+        same text, so per-tool failure rates count it (a missing package shows as ``ModuleNotFoundError``)."""
+        text = self.render(timeout_s)
+        if self.exit_code != 0 or self.timed_out:
+            raise ToolError(text)
+        return text
+
 
 class _CappedReader(threading.Thread):
     """Drains a pipe in the background, keeping its first and last ``limit / 2`` bytes (a chatty process cannot
@@ -157,10 +165,11 @@ def run_python(world: World, code: str, timeout_s: Timeout = 30) -> str:
         timeout_s: wall-clock limit in seconds (default 30, at most 600); on timeout the process and its children
             are killed.
 
-    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes).
+    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes); a
+    non-zero exit code or a timeout is reported as an error with the same text.
     """
     _check_size(code, "code")
-    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, exec_env()).render(timeout_s)
+    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, exec_env()).answer(timeout_s)
 
 
 @tool(APP)
@@ -172,8 +181,9 @@ def run_bash(world: World, command: str, timeout_s: Timeout = 30) -> str:
         timeout_s: wall-clock limit in seconds (default 30, at most 600); on timeout the process and its children
             are killed.
 
-    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes).
+    Returns "exit_code: N", then "stdout:" and "stderr:" sections (each cut to its first and last 10 000 bytes); a
+    non-zero exit code or a timeout is reported as an error with the same text.
     """
     _check_size(command, "command")
     bash = shutil.which("bash") or "/bin/bash"
-    return run_limited([bash, "-c", command], _cwd(world), timeout_s, exec_env()).render(timeout_s)
+    return run_limited([bash, "-c", command], _cwd(world), timeout_s, exec_env()).answer(timeout_s)

@@ -23,6 +23,10 @@ engine / tool transport error   error           retryable_infra    not graded: r
 grading raised                  error           task
 ==============================  ==============  =================  ==============================================
 
+An engine that refuses the request (HTTP 4xx, a reply off the wire format: ``EngineRejected``) yields no trajectory:
+every rollout would fail alike (wrong model name, context longer than the server's), so ``run_agent`` and
+``run_group`` raise it and the caller stops with the engine's reply instead of recording failures and retrying them.
+
 A tool that answers with an error (bad path, ``ModuleNotFoundError``, its own timeout) is no failure of the rollout:
 the model reads the message, and the ``ToolCallRecord`` says ``ok=False`` with the error's class.
 
@@ -55,9 +59,9 @@ from envs.harness.chat import (
     tool_result_message,
     turn_close_ids,
 )
-from envs.harness.engine_client import CompletionEngine, EngineError
+from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected
 from envs.harness.parsing import ToolCall, parse_turn
-from envs.harness.tools import ToolOutcome, ToolSession, error_signature
+from envs.harness.tools import ToolOutcome, ToolSession, call_record
 from envs.types import ErrorClass, GradeResult, StopReason, TaskSpec, ToolCallRecord, Trajectory, TurnSpan
 
 GradeFn = Callable[[str | None], GradeResult]
@@ -154,18 +158,7 @@ async def _call_tool(
         trajectory.env_s += time.perf_counter() - started
         raise _ToolTransportError(message) from error
     trajectory.env_s += time.perf_counter() - started
-    trajectory.tool_calls.append(
-        ToolCallRecord(
-            turn=turn,
-            tool=call.name,
-            args=call.arguments,
-            ok=not outcome.is_error,
-            error_class=error_signature(outcome) if outcome.is_error else None,
-            error=outcome.text[:2000] if outcome.is_error else None,
-            returned_empty=outcome.returned_empty,
-            latency_s=outcome.latency_s,
-        )
-    )
+    trajectory.tool_calls.append(call_record(turn, call.name, call.arguments, outcome))
     return truncate_tool_result(outcome.text, config.tool_result_max_chars)
 
 
@@ -294,8 +287,9 @@ async def run_agent(
             raise
         message = f"agent timeout of {config.agent_timeout_s:g} s"
         _stop(trajectory, StopReason.TIMEOUT, ErrorClass.MODEL, message)
+    except EngineRejected:
+        raise  # a configuration error: retrying would fail alike, and it is no outcome of the policy
     except (EngineError, _ToolTransportError) as error:
-        # A 4xx or malformed engine reply is not worth retrying as-is, but it is still no outcome of the policy.
         _stop(trajectory, StopReason.ERROR, ErrorClass.RETRYABLE_INFRA, str(error))
     if trajectory.error_class in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK):
         return trajectory
@@ -337,7 +331,8 @@ async def run_group(
     """``n`` rollouts of ``task`` run concurrently, each in its own ``SampleEnv``; trajectories in sample order.
 
     A sample whose environment cannot be set up comes back as an ``error`` trajectory (``task`` for a missing world or
-    bad task data, else ``retryable_infra``) instead of failing the group.
+    bad task data, else ``retryable_infra``) instead of failing the group. ``EngineRejected`` cancels the group and is
+    raised as itself (not in an ``ExceptionGroup``), so callers catch it by its class.
     """
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -364,6 +359,9 @@ async def run_group(
                 harness=harness,
             )
 
-    async with asyncio.TaskGroup() as group:
-        runs_G = [group.create_task(one(i)) for i in range(n)]
+    try:
+        async with asyncio.TaskGroup() as group:
+            runs_G = [group.create_task(one(i)) for i in range(n)]
+    except* EngineRejected as rejected:
+        raise rejected.exceptions[0] from None  # the first refusal says what is wrong; the others repeat it
     return [run.result() for run in runs_G]

@@ -28,8 +28,17 @@ from typing import Any, Protocol, Self
 from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import mcp_name, registry_name
+from envs.types import ToolCallRecord
 
-__all__ = ["GatewayToolSession", "LocalToolSession", "ToolOutcome", "ToolSession", "error_signature"]
+__all__ = [
+    "GatewayToolSession",
+    "LocalToolSession",
+    "ToolOutcome",
+    "ToolSession",
+    "app_outcome",
+    "call_record",
+    "error_signature",
+]
 
 
 class ToolSession(Protocol):
@@ -58,6 +67,20 @@ def error_signature(outcome: ToolOutcome) -> str:
     return match.group(1) if match else "ToolError"
 
 
+def call_record(turn: int, name: str, args: dict[str, Any], outcome: ToolOutcome) -> ToolCallRecord:
+    """The record of one answered call of tool ``name`` (as called), with the error's class and text when it failed."""
+    return ToolCallRecord(
+        turn=turn,
+        tool=name,
+        args=args,
+        ok=not outcome.is_error,
+        error_class=error_signature(outcome) if outcome.is_error else None,
+        error=outcome.text[:2000] if outcome.is_error else None,
+        returned_empty=outcome.returned_empty,
+        latency_s=outcome.latency_s,
+    )
+
+
 class LocalToolSession:
     """The app registry over one world, called in-process (worker thread); names are the gateway's ``<app>_<op>``."""
 
@@ -84,18 +107,25 @@ class LocalToolSession:
         ]
 
     async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
-        started = time.perf_counter()
         try:
             registry = registry_name(name)
             if registry not in self._tools:
                 raise ToolError(f"tool {name!r} is not offered in this session")
-            text = await asyncio.to_thread(call_tool, self.world, registry, args)
         except ToolError as error:
-            return ToolOutcome(str(error), is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
-        text = "" if text is None else str(text)  # a tool returning None on success is a bug the records must show
-        return ToolOutcome(
-            text, is_error=False, latency_s=time.perf_counter() - started, returned_empty=not text.strip()
-        )
+            return ToolOutcome(str(error), is_error=True, latency_s=0.0, returned_empty=False)
+        return await asyncio.to_thread(app_outcome, self.world, registry, args)
+
+
+def app_outcome(world: World, name: str, args: dict[str, Any]) -> ToolOutcome:
+    """Call registry tool ``name`` on ``world`` in this thread; a ``ToolError`` becomes an error outcome the model
+    can read, and a tool returning nothing on success is recorded as ``returned_empty``."""
+    started = time.perf_counter()
+    try:
+        text = call_tool(world, name, args)
+    except ToolError as error:
+        return ToolOutcome(str(error), is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
+    text = "" if text is None else str(text)  # a tool returning None on success is a bug the records must show
+    return ToolOutcome(text, is_error=False, latency_s=time.perf_counter() - started, returned_empty=not text.strip())
 
 
 class GatewayToolSession:

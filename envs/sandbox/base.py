@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import APP_NAMES
+from envs.mcp.variants import BadVariant
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +101,16 @@ class Sandbox(ABC):
 
 class SandboxProvider(ABC):
     """Starts sandboxes on the worlds it knows (``world_root_by_id``: pristine world folders, never written), each
-    with a gateway serving ``apps`` (default: every app) — the tool listing a policy sees is exactly these apps'."""
+    with a gateway serving ``apps`` (default: every app) — the tool listing a policy sees is exactly these apps'.
+    ``variants`` puts known-bad tool variants in front of the apps (``envs.mcp.variants``): the de-risk stage's
+    proof that it catches them."""
 
     def __init__(
         self,
         world_root_by_id: Mapping[str, Path],
         timeouts: SandboxTimeouts | None = None,
         apps: Sequence[str] | None = None,
+        variants: frozenset[BadVariant] = frozenset(),
     ) -> None:
         self.world_root_by_id = dict(world_root_by_id)
         self.timeouts = timeouts or SandboxTimeouts()
@@ -114,6 +118,7 @@ class SandboxProvider(ABC):
         if unknown:
             raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
         self.apps = tuple(apps) if apps else APP_NAMES
+        self.variants = frozenset(BadVariant(v) for v in variants)
 
     def pristine(self, world_id: str) -> Path:
         if world_id not in self.world_root_by_id:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.mcp.client import Transport, gateway_command
+from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
 from envs.sandbox.local import Pristine, WorldCopy, open_gateway
@@ -86,8 +87,9 @@ class DockerProvider(SandboxProvider):
         scratch: Path | None = None,
         apps: Sequence[str] | None = None,
         image: str = DEFAULT_IMAGE,
+        variants: frozenset[BadVariant] = frozenset(),
     ) -> None:
-        super().__init__(world_root_by_id, timeouts, apps)
+        super().__init__(world_root_by_id, timeouts, apps, variants)
         self.limits = limits or ResourceLimits.from_env()
         self.scratch = scratch or Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
         self.image = image
@@ -112,7 +114,7 @@ class DockerProvider(SandboxProvider):
         sandbox = DockerSandbox(world_id, copy, container, self.timeouts)
         REAPER.track(sandbox)
         try:
-            command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO, apps=self.apps)
+            command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO, apps=self.apps, variants=self.variants)
             docker_exec = ["docker", "exec", "-i", container.id, "python", *command[1:]]
             await sandbox.open_client(open_gateway(docker_exec, {}, None, self.timeouts))
         except BaseException:

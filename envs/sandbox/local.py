@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.mcp.client import GatewayClient, Transport, gateway_command
+from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
 
@@ -250,8 +251,9 @@ class LocalProvider(SandboxProvider):
         limits: ResourceLimits | None = None,
         scratch: Path | None = None,
         apps: Sequence[str] | None = None,
+        variants: frozenset[BadVariant] = frozenset(),
     ) -> None:
-        super().__init__(world_root_by_id, timeouts, apps)
+        super().__init__(world_root_by_id, timeouts, apps, variants)
         self.limits = limits or ResourceLimits.from_env()
         self.scratch = scratch or Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
         self._pristine: dict[str, Pristine] = {}
@@ -270,7 +272,7 @@ class LocalProvider(SandboxProvider):
         sandbox = LocalSandbox(world_id, copy, self.timeouts)
         REAPER.track(sandbox)
         try:
-            command = gateway_command(copy.root, Transport.STDIO, apps=self.apps)
+            command = gateway_command(copy.root, Transport.STDIO, apps=self.apps, variants=self.variants)
             await sandbox.open_client(open_gateway(command, self.limits.to_env(), copy.root, self.timeouts))
         except BaseException:
             await sandbox.close()

@@ -16,10 +16,17 @@ def test_run_python_in_the_filesystem_root(world: World) -> None:
     assert out == "exit_code: 0\nstdout:\nAcme,412.5\n\nstderr:\n"
 
 
+def failed_text(world: World, tool: str, args: dict) -> str:
+    """A program that fails is a tool error whose text is the full rendered result (exit code, stdout, stderr)."""
+    with pytest.raises(ToolError) as failure:
+        call_tool(world, tool, args)
+    return str(failure.value)
+
+
 def test_run_python_reports_errors(world: World) -> None:
-    out = call_tool(world, "code_exec.run_python", {"code": "import sys; print('x'); sys.exit(3)"})
+    out = failed_text(world, "code_exec.run_python", {"code": "import sys; print('x'); sys.exit(3)"})
     assert out.startswith("exit_code: 3\nstdout:\nx\n")
-    assert "ZeroDivisionError" in call_tool(world, "code_exec.run_python", {"code": "1/0"})
+    assert "ZeroDivisionError" in failed_text(world, "code_exec.run_python", {"code": "1/0"})
 
 
 def test_run_bash_uses_our_python(world: World) -> None:
@@ -29,7 +36,7 @@ def test_run_bash_uses_our_python(world: World) -> None:
 
 def test_timeout_kills_an_endless_loop(world: World) -> None:
     started = time.monotonic()
-    out = call_tool(world, "code_exec.run_python", {"code": "while True:\n    pass", "timeout_s": 0.5})
+    out = failed_text(world, "code_exec.run_python", {"code": "while True:\n    pass", "timeout_s": 0.5})
     assert time.monotonic() - started < 5
     assert out.startswith("exit_code: -9\n") and "timed out after 0.5 s" in out
 
@@ -37,7 +44,7 @@ def test_timeout_kills_an_endless_loop(world: World) -> None:
 def test_timeout_kills_background_children(world: World) -> None:
     # The background sleep keeps stdout open: without the process-group kill this call would wait 30 s.
     started = time.monotonic()
-    out = call_tool(world, "code_exec.run_bash", {"command": "sleep 30 & echo started; wait", "timeout_s": 0.5})
+    out = failed_text(world, "code_exec.run_bash", {"command": "sleep 30 & echo started; wait", "timeout_s": 0.5})
     assert time.monotonic() - started < 5
     assert "started" in out and "timed out" in out
 

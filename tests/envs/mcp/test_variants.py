@@ -58,6 +58,8 @@ async def test_code_exec_no_packages_cannot_import_openpyxl(world_dir: Path) -> 
         broken = await client.call("code_exec.run_python", {"code": "import openpyxl"})
         stdlib = await client.call("code_exec.run_python", {"code": "import json; print(json.dumps([6 * 7]))"})
         bash = await client.call("code_exec.run_bash", {"command": "python -c 'import openpyxl; print(1)'"})
-    assert broken.text.startswith("exit_code: 1\n") and "ModuleNotFoundError: No module named 'openpyxl'" in broken.text
+    assert broken.is_error and broken.text.startswith("exit_code: 1\n")
+    assert "ModuleNotFoundError: No module named 'openpyxl'" in broken.text
+    assert not stdlib.is_error and not bash.is_error
     assert stdlib.text.startswith("exit_code: 0\nstdout:\n[42]\n")
     assert bash.text.startswith("exit_code: 0\nstdout:\n1\n")  # the variant breaks run_python only
