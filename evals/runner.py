@@ -4,12 +4,24 @@
 code-only tools or a terminal), and runs ``spec.passes`` rollouts of every task against an OpenAI-compatible engine
 (``CompletionsClient``), at most ``spec.concurrency`` at a time. It writes, under ``spec.out_dir``:
 
-* ``spec.json`` — the spec; a rerun into the same folder must carry the same spec (minus the output folder);
+* ``spec.json`` — the spec and the resolved harness settings (``resolved_harness``); a rerun into the same folder
+  must carry the same ones (the output folder aside);
 * ``trials.jsonl`` — one ``TrialRecord`` per finished trial (reward, passed, stop reason, error class, turns, tokens,
   tool calls, timings), appended, flushed and fsynced as each trial ends: the resume log;
 * ``trajectories.jsonl`` — the full trajectory of each finished trial (``{"pass_index", "attempts", "trajectory"}``);
 * ``eval.json`` — ``EvalResult`` less its trials: the spec, ``evals.stats.summarize`` over the trials, counts and
   timings; written atomically when every trial is done.
+
+Harness settings: the policy's ``harness.json`` (``envs.harness.policy``: tool listing, system prompt, apps, context
+budget, max tokens per turn — what it was trained with), found in ``spec.policy``, else in the tokenizer folder, else
+in the model when that is a local folder; ``spec.harness_config``'s set fields go on top. Without a ``harness.json``
+the ``HarnessConfig`` defaults apply. The MCP harness serves only the policy's apps.
+
+Checked before any trial, each failure an ``EvalConfigError`` (a ``RecipeError``: the CLI prints it as one line):
+the engine serves ``spec.engine.model`` (``GET /v1/models``), the context budget fits the model card's
+``max_model_len``, and the first task's first prompt fits the context budget. An engine that refuses a request during
+the run (HTTP 4xx, a reply off the wire format: ``EngineRejected``) stops the eval at once with its reply, also as an
+``EvalConfigError``; the finished trials stay for a resume.
 
 Resume: a rerun skips the trials already in ``trials.jsonl`` (a line cut short by a kill is dropped), so a killed run
 completes only the rest. Infra failures (``ErrorClass.RETRYABLE_INFRA``: engine down, sandbox setup) are re-run up to
@@ -43,10 +55,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.harness.agent import EnvFactory, HarnessConfig, run_group
+from envs.harness.chat import initial_messages, prompt_ids
+from envs.harness.engine_client import EngineRejected
+from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness
 from envs.types import ErrorClass, Split, StopReason, TaskSpec, Trajectory
 from evals.stats import summarize
 from evals.types import Summary, TrialResult
@@ -55,6 +72,11 @@ TRIALS_FILE = "trials.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SPEC_FILE = "spec.json"
 RESULT_FILE = "eval.json"
+MODELS_TIMEOUT_S = 30.0
+
+
+class EvalConfigError(RecipeError, ValueError):
+    """An eval that cannot run as configured (engine, model name, harness settings, task source, output folder)."""
 
 
 class HarnessKind(StrEnum):
@@ -102,7 +124,7 @@ class TaskSource(_Spec):
     def load(self) -> list[TaskSpec]:
         tasks = _LOADERS[self.kind](self)
         if not tasks:
-            raise ValueError(f"task source {self.kind.value} {self.path} holds no tasks")
+            raise EvalConfigError(f"task source {self.kind.value} {self.path} holds no tasks")
         return tasks[: self.limit]
 
     def worlds_root(self) -> Path | None:
@@ -158,7 +180,7 @@ class EngineSpec(_Spec):
 
 
 class HarnessOverrides(_Spec):
-    """Changes to ``HarnessConfig``'s defaults for this eval (unset fields keep the default)."""
+    """Changes to the policy's harness settings for this eval (unset fields keep the policy's, else the default)."""
 
     temperature: float | None = Field(None, ge=0.0)
     max_turns: int | None = Field(None, ge=1)
@@ -167,8 +189,9 @@ class HarnessOverrides(_Spec):
     agent_timeout_s: float | None = Field(None, gt=0.0)
     seed: int | None = None
 
-    def config(self) -> HarnessConfig:
-        return HarnessConfig(**self.model_dump(exclude_none=True))
+    def apply(self, base: HarnessConfig) -> HarnessConfig:
+        """``base`` with the set fields replaced (validated again)."""
+        return HarnessConfig.model_validate(base.model_dump() | self.model_dump(exclude_none=True))
 
 
 class EvalSpec(_Spec):
@@ -183,12 +206,67 @@ class EvalSpec(_Spec):
     # advanced
     concurrency: int = Field(8, ge=1, description="rollouts in flight at once")
     harness_config: HarnessOverrides = HarnessOverrides()
+    policy: Path | None = Field(
+        None, description="policy folder whose harness.json sets the harness (default: the tokenizer or model folder)"
+    )
     infra_retries: int = Field(2, ge=0, description="re-runs of a trial that failed for infra reasons")
     mcp_backend: McpBackend = McpBackend.GATEWAY
 
     def identity(self) -> dict[str, Any]:
         """What must match for a rerun to resume this run (everything but where it is written)."""
         return self.model_dump(mode="json", exclude={"out_dir"})
+
+    def policy_candidates(self) -> list[Path]:
+        """Where the policy's ``harness.json`` is looked for: ``policy``, else the tokenizer and model folders."""
+        if self.policy is not None:
+            return [self.policy]
+        names = [self.engine.tokenizer, self.engine.model]
+        return [Path(name) for name in dict.fromkeys(n for n in names if n) if Path(name).is_dir()]
+
+
+@dataclass(frozen=True)
+class ResolvedHarness:
+    """The harness an eval runs with and where its settings came from (for the run's files and error hints)."""
+
+    settings: PolicyHarness
+    source: Path | None  # the harness.json read; None: HarnessConfig defaults
+    looked_in: list[Path]
+    overridden: list[str]  # HarnessConfig fields the spec sets on top
+
+    def origin(self, field: str | None = None) -> str:
+        """Where the settings (or one ``HarnessConfig`` field of them) came from, for a reader or an error message."""
+        if field is not None and field in self.overridden:
+            return "the command line"
+        on_top = (
+            f", with {', '.join(self.overridden)} from the command line" if field is None and self.overridden else ""
+        )
+        if self.source is not None:
+            return f"the policy's {self.source}{on_top}"
+        where = ", ".join(str(p) for p in self.looked_in) or "no local tokenizer or model folder"
+        return (
+            f"the harness defaults{on_top}, as no {HARNESS_FILE} is in {where} (pass --policy DIR, the served "
+            f"policy's folder; `recipe model bootstrap` adds {HARNESS_FILE} to an older cached base)"
+        )
+
+
+def resolve_harness(spec: EvalSpec) -> ResolvedHarness:
+    """The policy's ``harness.json`` (``EvalSpec.policy_candidates``, first found) with the spec's overrides on top."""
+    looked_in = spec.policy_candidates()
+    if spec.policy is not None and not (spec.policy / HARNESS_FILE).is_file():
+        raise EvalConfigError(
+            f"--policy {spec.policy} holds no {HARNESS_FILE}; policy folders written by recipe carry one "
+            "(`recipe model bootstrap` adds it to an older cached base)"
+        )
+    source, stored = None, None
+    for folder in looked_in:
+        stored = read_policy_harness(folder)
+        if stored is not None:
+            source = folder / HARNESS_FILE
+            break
+    base = stored or PolicyHarness(harness=HarnessConfig())
+    settings = base.model_copy(update={"harness": spec.harness_config.apply(base.harness)})
+    overridden = sorted(spec.harness_config.model_dump(exclude_none=True))
+    return ResolvedHarness(settings, source, looked_in, overridden)
 
 
 class TrialRecord(BaseModel):
@@ -279,10 +357,18 @@ class EvalResult(BaseModel):
     summary: Summary
     counts: dict[str, dict[str, int]] = Field(description="trials per stop_reason and per error_class")
     timings: EvalTimings
+    harness: PolicyHarness | None = Field(
+        None, description="the harness that ran: the policy's harness.json + overrides (None in older eval.json files)"
+    )
+    harness_source: Path | None = Field(None, description="the harness.json read; None: the HarnessConfig defaults")
     trials: list[TrialRecord] = Field(default_factory=list, exclude=True)
 
     def trial_results(self) -> list[TrialResult]:
         return [trial.trial_result() for trial in self.trials]
+
+    def unscored(self) -> list[TrialRecord]:
+        """Trials that are no outcome of the policy: infra failures (after retries) and broken tasks."""
+        return [t for t in self.trials if t.error_class in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK)]
 
 
 @dataclass(frozen=True)
@@ -348,19 +434,22 @@ def _truncate_to_complete(path: Path) -> None:
         atomic_write_text(path, "".join(line for _, line in _complete_lines(path)))
 
 
-def _prepare_out_dir(spec: EvalSpec) -> list[TrialRecord]:
+def _prepare_out_dir(spec: EvalSpec, harness: ResolvedHarness) -> list[TrialRecord]:
     """Check the folder holds this spec's run (or none) and return the trials it already finished."""
     out = spec.out_dir
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / SPEC_FILE
+    # The resolved settings belong to the identity: a policy folder whose harness.json changed is another eval.
+    identity = spec.identity() | {"resolved_harness": harness.settings.model_dump(mode="json")}
     if spec_path.exists():
         previous = json.loads(spec_path.read_text())
-        if previous != spec.identity():
-            raise ValueError(
-                f"{out} holds an eval of a different spec ({spec_path}); use another --out folder or delete it"
+        if previous != identity:
+            raise EvalConfigError(
+                f"{out} holds an eval of a different spec or harness ({spec_path}); use another --out folder or "
+                "delete it"
             )
     else:
-        atomic_write_text(spec_path, json.dumps(spec.identity(), indent=2))
+        atomic_write_text(spec_path, json.dumps(identity, indent=2))
     trials_path = out / TRIALS_FILE
     _truncate_to_complete(trials_path)
     finished = read_trials(trials_path)
@@ -371,23 +460,27 @@ def _prepare_out_dir(spec: EvalSpec) -> list[TrialRecord]:
 # --- harnesses -------------------------------------------------------------------------------------------------------
 
 EnvsForTask = Callable[[TaskSpec], EnvFactory]
-HarnessBuilder = Callable[[EvalSpec, Sequence[TaskSpec], contextlib.AsyncExitStack], Awaitable[EnvsForTask]]
-"""(spec, tasks, exit stack) → task → env factory; shared resources (a sandbox pool) go on the exit stack."""
+Apps = Sequence[str] | None
+HarnessBuilder = Callable[[EvalSpec, Apps, Sequence[TaskSpec], contextlib.AsyncExitStack], Awaitable[EnvsForTask]]
+"""(spec, the policy's apps, tasks, exit stack) → task → env factory; shared resources (a sandbox pool) go on the
+exit stack. Only the MCP harness serves apps; the code-only and terminal harnesses have tools of their own."""
 
 
 def _worlds_root(spec: EvalSpec) -> Path:
     root = spec.tasks.worlds_root()
     if root is None:
-        raise ValueError(
+        raise EvalConfigError(
             f"the {spec.harness.value} harness needs the tasks' worlds; "
             f"give a worlds folder for the {spec.tasks.kind.value} source"
         )
     if not root.is_dir():
-        raise ValueError(f"worlds folder {root} does not exist")
+        raise EvalConfigError(f"worlds folder {root} does not exist")
     return root
 
 
-async def _mcp_gateway(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+async def _mcp_gateway(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
     from envs.rollout import pooled_envs
     from envs.sandbox.local import LocalProvider
     from envs.sandbox.pool import SandboxPool
@@ -397,16 +490,18 @@ async def _mcp_gateway(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: context
     per_world = Counter(task.world_id for task in tasks)
     size = min(spec.concurrency, spec.passes * max(per_world.values()))
     pool = await stack.enter_async_context(
-        SandboxPool(LocalProvider({w: root / w for w in world_ids}), size_per_world=size)
+        SandboxPool(LocalProvider({w: root / w for w in world_ids}, apps=apps), size_per_world=size)
     )
     return lambda task: pooled_envs(pool, task, root)
 
 
-async def _mcp_in_process(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+async def _mcp_in_process(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
     from envs.rollout import local_envs
 
     root = _worlds_root(spec)
-    return lambda task: local_envs(task, root)
+    return lambda task: local_envs(task, root, apps)
 
 
 _MCP_BACKENDS: dict[McpBackend, HarnessBuilder] = {
@@ -415,18 +510,22 @@ _MCP_BACKENDS: dict[McpBackend, HarnessBuilder] = {
 }
 
 
-async def _mcp(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
-    return await _MCP_BACKENDS[spec.mcp_backend](spec, tasks, stack)
+async def _mcp(spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+    return await _MCP_BACKENDS[spec.mcp_backend](spec, apps, tasks, stack)
 
 
-async def _code_only(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+async def _code_only(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
     from envs.harness.code_tools import code_only_envs
 
     root = _worlds_root(spec)
     return lambda task: code_only_envs(task, root)
 
 
-async def _terminal(spec: EvalSpec, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+async def _terminal(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
     from envs.harness.terminal import terminal_envs
 
     return terminal_envs
@@ -439,13 +538,78 @@ HARNESSES: dict[HarnessKind, HarnessBuilder] = {
 }
 
 
+# --- preflight: configuration errors surface before any trial -------------------------------------------------------
+
+
+def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> dict[str, dict[str, Any]]:
+    """The engine's model cards by id (``GET /v1/models``); an unreachable engine or a bad reply is an
+    ``EvalConfigError``."""
+    url = f"{base_url.rstrip('/')}/v1/models"
+    try:
+        response = httpx.get(url, timeout=timeout_s)
+    except httpx.HTTPError as error:
+        raise EvalConfigError(
+            f"cannot reach the engine at {base_url} ({type(error).__name__}: {error}); start one "
+            "(`recipe engine serve --model DIR`) or fix --engine-url"
+        ) from None
+    if response.status_code != 200:
+        raise EvalConfigError(f"GET {url} answered HTTP {response.status_code}: {response.text[:300]}")
+    try:
+        cards = response.json()["data"]
+        return {str(card["id"]): card for card in cards}
+    except (ValueError, KeyError, TypeError):
+        raise EvalConfigError(f"GET {url} did not list models as OpenAI's API does: {response.text[:300]}") from None
+
+
+def check_engine(spec: EvalSpec, harness: ResolvedHarness) -> None:
+    """The engine serves ``spec.engine.model``, and the context budget fits its card's ``max_model_len``."""
+    cards = served_models(spec.engine.base_url, min(spec.engine.timeout_s, MODELS_TIMEOUT_S))
+    model = spec.engine.model
+    if model not in cards:
+        served = sorted(cards)
+        fix = f"pass --model {served[0]}" if len(served) == 1 else "pass --model with one of them"
+        raise EvalConfigError(f"the engine at {spec.engine.base_url} serves {served}, not {model!r}; {fix}")
+    limit = cards[model].get("max_model_len")
+    budget = harness.settings.harness.context_budget_tokens
+    if isinstance(limit, int) and budget > limit:
+        raise EvalConfigError(
+            f"the context budget of {budget} tokens exceeds the max_model_len of {limit} with which "
+            f"{spec.engine.base_url} serves {model!r}; pass --context-budget {limit} or serve a longer context. "
+            f"The budget comes from {harness.origin('context_budget_tokens')}"
+        )
+
+
+async def _check_first_prompt(task: TaskSpec, envs_for: EnvsForTask, tokenizer: Any, harness: ResolvedHarness) -> None:
+    """The first task's first prompt, rendered as its rollouts will render it, fits the context budget."""
+    config = harness.settings.harness
+    try:
+        async with envs_for(task)(0) as env:
+            tools = await env.tools.list_tools()
+    except Exception:  # a task whose environment fails is recorded by its trials (task or infra), not a config error
+        return
+    size = len(prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), tools, config.tool_listing))
+    if size >= config.context_budget_tokens:
+        raise EvalConfigError(
+            f"the first prompt of task {task.task_id} is {size} tokens ({config.tool_listing.value} tool listing, "
+            f"{len(tools)} tools): it does not fit the context budget of {config.context_budget_tokens} tokens, so "
+            f"every trial would fail before its first turn. The harness settings come from {harness.origin()}"
+        )
+
+
 # --- the run ---------------------------------------------------------------------------------------------------------
 
 
 def load_tokenizer(engine: EngineSpec) -> Any:
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(engine.tokenizer or engine.model)
+    name = engine.tokenizer or engine.model
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise EvalConfigError(
+            f"cannot load the tokenizer {name!r} ({type(error).__name__}); pass --tokenizer DIR, the policy folder "
+            "the engine serves"
+        ) from None
 
 
 def _pass_config(config: HarnessConfig, pass_index: int) -> HarnessConfig:
@@ -454,6 +618,7 @@ def _pass_config(config: HarnessConfig, pass_index: int) -> HarnessConfig:
 
 async def _run_trials(
     spec: EvalSpec,
+    harness: ResolvedHarness,
     tasks: Sequence[TaskSpec],
     todo: Sequence[tuple[TaskSpec, int]],
     tokenizer: Any,
@@ -461,10 +626,11 @@ async def _run_trials(
 ) -> None:
     from envs.harness.engine_client import CompletionsClient
 
-    config = spec.harness_config.config()
+    config = harness.settings.harness
     gate = asyncio.Semaphore(spec.concurrency)
     async with contextlib.AsyncExitStack() as stack:
-        envs_for = await HARNESSES[spec.harness](spec, tasks, stack)
+        envs_for = await HARNESSES[spec.harness](spec, harness.settings.apps, tasks, stack)
+        await _check_first_prompt(todo[0][0], envs_for, tokenizer, harness)
         engine = await stack.enter_async_context(
             CompletionsClient(spec.engine.base_url, spec.engine.model, timeout_s=spec.engine.timeout_s)
         )
@@ -506,26 +672,30 @@ def run_eval(spec: EvalSpec, progress: ProgressFn | None = None, tokenizer: Any 
     """Run (or resume) the eval ``spec`` and return its result; see the module docstring for what is written.
 
     ``tokenizer`` defaults to ``load_tokenizer(spec.engine)``; ``progress`` is called once before the first trial
-    and after every finished one.
+    and after every finished one. Raises ``EvalConfigError`` for an eval that cannot run as configured — before any
+    trial where it can be seen up front, else at the engine's first refusal.
     """
     started_at, started = datetime.now(UTC), time.perf_counter()
     tasks = spec.tasks.load()
     duplicates = [task_id for task_id, n in Counter(t.task_id for t in tasks).items() if n > 1]
     if duplicates:
-        raise ValueError(f"task ids occur more than once in the source: {', '.join(sorted(duplicates)[:5])}")
-    finished = _prepare_out_dir(spec)
+        raise EvalConfigError(f"task ids occur more than once in the source: {', '.join(sorted(duplicates)[:5])}")
+    harness = resolve_harness(spec)
+    finished = _prepare_out_dir(spec, harness)
     planned = {(task.task_id, p) for task in tasks for p in range(spec.passes)}
     stray = [record.key for record in finished if record.key not in planned]
     if stray:
-        raise ValueError(f"{spec.out_dir / TRIALS_FILE} holds trials this spec does not plan, e.g. {stray[0]}")
+        raise EvalConfigError(f"{spec.out_dir / TRIALS_FILE} holds trials this spec does not plan, e.g. {stray[0]}")
     done_keys = {record.key for record in finished}
     todo = [(task, p) for p in range(spec.passes) for task in tasks if (task.task_id, p) not in done_keys]
     records = list(finished)
     total = len(planned)
+    if todo:
+        check_engine(spec, harness)
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.engine)
     if progress:
         progress(Progress(done=len(records), total=total, resumed=len(finished), record=None))
     if todo:
-        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.engine)
         with (
             (spec.out_dir / TRIALS_FILE).open("a", encoding="utf-8") as trials_out,
             (spec.out_dir / TRAJECTORIES_FILE).open("a", encoding="utf-8") as trajectories_out,
@@ -540,7 +710,14 @@ def run_eval(spec: EvalSpec, progress: ProgressFn | None = None, tokenizer: Any 
                 if progress:
                     progress(Progress(done=len(records), total=total, resumed=len(finished), record=record))
 
-            asyncio.run(_run_trials(spec, tasks, todo, tokenizer, on_record))
+            try:
+                asyncio.run(_run_trials(spec, harness, tasks, todo, tokenizer, on_record))
+            except* EngineRejected as rejected:
+                raise EvalConfigError(
+                    f"the engine at {spec.engine.base_url} rejected a request for {spec.engine.model!r}, so the eval "
+                    f"stopped (nothing retried; finished trials are kept for a rerun): {rejected.exceptions[0]}. "
+                    f"Check the harness settings, from {harness.origin()}, against what the engine serves"
+                ) from None
 
     run_now = [r for r in records if r.key not in done_keys]
     result = EvalResult(
@@ -555,6 +732,8 @@ def run_eval(spec: EvalSpec, progress: ProgressFn | None = None, tokenizer: Any 
             trials_resumed=len(finished),
             mean_trial_wall_s=sum(r.wall_s for r in records) / len(records),
         ),
+        harness=harness.settings,
+        harness_source=harness.source,
         trials=sorted(records, key=lambda r: r.key),
     )
     atomic_write_text(spec.out_dir / RESULT_FILE, result.model_dump_json(indent=2))

@@ -1,7 +1,8 @@
 """The ``recipe`` command line: ``recipe <area> <command> [options]``; ``recipe <area> --help`` lists its commands.
 
 Areas live in ``flows/commands/`` (one module each, with ``register(subparsers)``). Heavy imports happen inside each
-command so ``recipe --help`` stays instant.
+command so ``recipe --help`` stays instant. A command that raises ``RecipeError`` (``envs.errors``: a flag, a config
+or a file to fix) ends with one line ``recipe: error: <message>`` on stderr and exit code 2, like a bad flag.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import importlib
 import pkgutil
 import sys
 
+from envs.errors import RecipeError
 from flows import commands as command_package
+
+USAGE_ERROR = 2  # argparse's exit code for a bad command line; a RecipeError is one too
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.handler(args)
+    try:
+        return args.handler(args)
+    except RecipeError as error:
+        print(f"recipe: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
 5. model: ``build_tiny_model``, then next-token loss on assistant tokens only (``trainer.sft``);
 6. report: Pass@1 per tier × split from real rollouts through our engine (``trainer.rollout_eval``).
 
-Everything lands in ``<out>/<hash>/`` — a policy folder (``save_policy``) plus ``bootstrap.json`` (spec, hash, steps,
-losses, timings, noise counts, eval). The hash covers the spec, the environment's content digest (every world and
-task file) and ``BOOTSTRAP_VERSION``; a second call with the same inputs reads ``bootstrap.json`` and returns at once.
+Everything lands in ``<out>/<hash>/`` — a policy folder (``save_policy``) with its ``harness.json`` (the harness
+and apps it is trained for, ``policy_harness``) plus ``bootstrap.json`` (spec, hash, steps, losses, timings, noise
+counts, eval). The hash covers the spec, the environment's content digest (every world and task file) and
+``BOOTSTRAP_VERSION``; a second call with the same inputs reads ``bootstrap.json`` and returns at once (writing the
+``harness.json`` a folder from before it existed lacks).
 
 The noise is what leaves room for RL: the clean and noisy traces of a prompt differ only in the call made, so the
 base copies values well and picks the right call with probability ≈ 1 − Σ noise rates; GRPO can sharpen that choice.
@@ -47,6 +49,7 @@ from envs.check import fork_world
 from envs.files import atomic_write_text
 from envs.harness.agent import HarnessConfig
 from envs.harness.chat import ToolListing, compact_system_prompt
+from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.tools import LocalToolSession
 from envs.oracle import require_oracle
 from envs.types import Split, TaskSpec, Tier
@@ -178,6 +181,11 @@ def harness_config(spec: BootstrapSpec) -> HarnessConfig:
     )
 
 
+def policy_harness(spec: BootstrapSpec) -> PolicyHarness:
+    """The base's ``harness.json``: ``harness_config(spec)`` over ``spec.apps``."""
+    return PolicyHarness.from_training(harness_config(spec), spec.apps)
+
+
 def content_hash(spec: BootstrapSpec, data: Path) -> str:
     """sha256 over the version constant, the spec's JSON and the environment's content digest (16 hex)."""
     manifest = load_manifest(data)
@@ -275,11 +283,17 @@ def _log(progress: Progress | None, message: str) -> None:
 
 
 def load_cached(out: Path, spec: BootstrapSpec, data: Path) -> BootstrapResult | None:
-    """The finished bootstrap for these inputs, if ``<out>/<hash>/bootstrap.json`` exists."""
+    """The finished bootstrap for these inputs, if ``<out>/<hash>/bootstrap.json`` exists.
+
+    A folder written before policies carried ``harness.json`` gets it here: the settings follow from the spec alone,
+    so the cache stays valid (rebuilding a base costs minutes).
+    """
     path = out / content_hash(spec, data)
     report_file = path / REPORT_FILE
     if not report_file.is_file():
         return None
+    if read_policy_harness(path) is None:
+        write_policy_harness(path, policy_harness(spec))
     return BootstrapResult(path, BootstrapReport.model_validate_json(report_file.read_text()), cached=True)
 
 
@@ -345,7 +359,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     )
     result = train_sft(model, examples, sft, pad_id=int(tokenizer.pad_token_id), progress=progress)
     timings["train_s"] = time.perf_counter() - mark
-    path = save_policy(model, tokenizer, out / key)
+    path = save_policy(model, tokenizer, out / key, harness=policy_harness(spec))
 
     mark = time.perf_counter()
     rows = evaluate_policy(path, tasks, worlds_root, spec) if spec.eval_samples else None

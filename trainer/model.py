@@ -3,11 +3,12 @@
 The tiny model is transformers' own `Qwen3ForCausalLM` (RMSNorm, q/k-norm, RoPE, GQA, SwiGLU, tied embeddings as in
 the small Qwen3 checkpoints), randomly initialised from `TinyModelSpec.seed`. A policy folder is what
 `save_pretrained` writes (config.json, generation_config.json, model.safetensors) plus the tokenizer files, so
-`load_policy` reads a real Qwen checkpoint folder the same way.
+`load_policy` reads a real Qwen checkpoint folder the same way. A policy the project trained also carries
+``harness.json`` (``envs.harness.policy``): the harness settings it was trained with, which evals and later runs use.
 
     spec = TinyModelSpec()
     model = build_tiny_model(spec, vocab_size=len(tok), special_ids=special_token_ids(tok))
-    save_policy(model, tok, "runs/x/policy/step-0")
+    save_policy(model, tok, "runs/x/policy/step-0", harness=PolicyHarness.from_training(config.harness, apps))
     model, tok = load_policy("runs/x/policy/step-0")
     model, tok = bootstrap_policy(corpus_texts, TinyModelSpec())    # tokenizer + model in one call
 """
@@ -32,6 +33,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from envs.harness.policy import PolicyHarness, write_policy_harness
 from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
 
 
@@ -106,15 +108,23 @@ def bootstrap_policy(
     return build_tiny_model(spec, len(tokenizer), special_token_ids(tokenizer)), tokenizer
 
 
-def save_policy(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, directory: str | os.PathLike[str]) -> Path:
-    """Save weights (safetensors), config and tokenizer into `directory`, atomically: a sibling temp dir is filled
-    and then renamed into place, so a reader never sees a half-written checkpoint."""
+def save_policy(
+    model: Qwen3ForCausalLM,
+    tokenizer: PreTrainedTokenizerBase,
+    directory: str | os.PathLike[str],
+    harness: PolicyHarness | None = None,
+) -> Path:
+    """Save weights (safetensors), config, tokenizer and — when given — the harness settings (``harness.json``) into
+    `directory`, atomically: a sibling temp dir is filled and then renamed into place, so a reader never sees a
+    half-written checkpoint, nor weights without the harness they were trained with."""
     target = Path(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        if harness is not None:
+            write_policy_harness(tmp, harness)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

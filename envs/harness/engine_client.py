@@ -4,8 +4,11 @@
 sampled ids with the engine's logprob of each; ``chat`` posts messages to ``/v1/chat/completions`` (text mode: the
 server renders and re-tokenises) and is used only by the TITO check to measure how often that would have drifted.
 
-Every failure raises ``EngineError``: transport errors, timeouts and 5xx answers are ``retryable`` (the rollout is
-re-run, not trained on); a 4xx answer or a reply that breaks the wire format is not.
+Every failure raises ``EngineError``: transport errors, timeouts, 5xx, 408 and 429 answers are ``retryable`` (the
+rollout is re-run, not trained on). Any other 4xx answer, or a reply that breaks the wire format, raises
+``EngineRejected``: the request or the server is wrong (model name, context length, a server without
+``return_token_ids``), so every rollout would fail alike; the harness lets it propagate and the caller stops with
+the engine's reply.
 
 Example::
 
@@ -23,13 +26,25 @@ from typing import Any, Protocol, Self
 
 import httpx
 
+from envs.errors import RecipeError
+
+# 4xx answers that mean "not now" rather than "not this request": a proxy's rate limit, a request timeout.
+_BUSY = frozenset({408, 429})
+
 
 class EngineError(Exception):
-    """The engine did not produce a completion; ``retryable`` for transport errors, timeouts and 5xx answers."""
+    """The engine did not produce a completion; ``retryable`` for transport errors, timeouts, 5xx, 408 and 429."""
 
     def __init__(self, message: str, *, retryable: bool) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class EngineRejected(EngineError, RecipeError):
+    """The engine refused the request (HTTP 4xx) or replied off the wire format: a configuration error, not infra."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
 
 
 @dataclass(frozen=True)
@@ -110,15 +125,12 @@ class CompletionsClient:
             logprobs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
             finish_reason = str(choice["finish_reason"])
         except (KeyError, TypeError, ValueError) as error:
-            raise EngineError(
+            raise EngineRejected(
                 f"/v1/completions reply lacks token_ids / logprobs.token_logprobs / finish_reason ({error!r}); "
-                "the server must support return_token_ids (vLLM >= 0.10.2)",
-                retryable=False,
+                "the server must support return_token_ids (vLLM >= 0.10.2)"
             ) from error
         if len(token_ids) != len(logprobs):
-            raise EngineError(
-                f"/v1/completions returned {len(token_ids)} token ids but {len(logprobs)} logprobs", retryable=False
-            )
+            raise EngineRejected(f"/v1/completions returned {len(token_ids)} token ids but {len(logprobs)} logprobs")
         version = choice.get("weight_version")
         return Completion(token_ids, logprobs, finish_reason, None if version is None else int(version))
 
@@ -148,9 +160,7 @@ class CompletionsClient:
             text = choice["message"]["content"] or ""
             finish_reason = str(choice["finish_reason"])
         except (KeyError, TypeError) as error:
-            raise EngineError(
-                f"/v1/chat/completions reply lacks message.content ({error!r})", retryable=False
-            ) from None
+            raise EngineRejected(f"/v1/chat/completions reply lacks message.content ({error!r})") from None
         prompt = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
         return ChatReply(text, choice.get("token_ids"), prompt, finish_reason)
 
@@ -161,21 +171,21 @@ class CompletionsClient:
             raise EngineError(f"{path}: timed out ({type(error).__name__})", retryable=True) from error
         except httpx.TransportError as error:
             raise EngineError(f"{path}: transport error {type(error).__name__}: {error}", retryable=True) from error
+        if response.status_code >= 500 or response.status_code in _BUSY:
+            raise EngineError(f"{path}: HTTP {response.status_code}: {response.text[:500]}", retryable=True)
         if response.status_code >= 400:
-            raise EngineError(
-                f"{path}: HTTP {response.status_code}: {response.text[:500]}", retryable=response.status_code >= 500
-            )
+            raise EngineRejected(f"{path}: HTTP {response.status_code}: {response.text[:500]}")
         try:
             data = response.json()
         except ValueError as error:
-            raise EngineError(f"{path}: reply is not JSON: {response.text[:200]}", retryable=False) from error
+            raise EngineRejected(f"{path}: reply is not JSON: {response.text[:200]}") from error
         if not isinstance(data, dict):
-            raise EngineError(f"{path}: reply is not a JSON object", retryable=False)
+            raise EngineRejected(f"{path}: reply is not a JSON object")
         return data
 
 
 def _first_choice(data: Mapping[str, Any]) -> Mapping[str, Any]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise EngineError(f"the engine reply has no choices: {str(data)[:200]}", retryable=False)
+        raise EngineRejected(f"the engine reply has no choices: {str(data)[:200]}")
     return choices[0]

@@ -1,8 +1,10 @@
 """``recipe engine``: serve a policy with the local engine (vLLM wire format).
 
-recipe engine serve --model DIR [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16] [--compile]
+recipe engine serve --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
+                    [--compile]
     loads the policy folder DIR and serves /v1/completions, /v1/chat/completions and the control routes until
-    interrupted (trainer.engine.server.serve).
+    interrupted (trainer.engine.server.serve). Clients name the model NAME (default: DIR as given, like vLLM);
+    the served name is printed on start: pass it to `recipe eval run --model`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ def _engine_serve(args: argparse.Namespace) -> int:
     from trainer.engine.server import serve
 
     config = EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile)
-    serve(args.model, args.host, args.port, config=config)
+    serve(args.model, args.host, args.port, served_model_name=args.served_model_name, config=config)
     return 0
 
 
@@ -25,6 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve = engine.add_parser("serve", help="serve a policy folder over HTTP")
     serve.add_argument("--model", required=True, help="policy folder (save_policy or a Qwen3 checkpoint)")
+    serve.add_argument("--served-model-name", help="model name clients pass (default: --model as given, like vLLM)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together")

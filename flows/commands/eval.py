@@ -1,14 +1,21 @@
 """``recipe eval``: run an agent eval, the MCQ regression suite, or render a report.
 
 recipe eval run --harness mcp|code_only|terminal --tasks SOURCE --engine-url URL --model NAME
-                [--tokenizer DIR_OR_ID] [--passes 3] [--split heldout] [--worlds DIR] [--limit N]
-                [--out runs/evals/<name>] [--concurrency 8] [--temperature 1.0] [--max-turns N]
+                [--tokenizer DIR_OR_ID] [--policy DIR] [--passes 3] [--split heldout] [--worlds DIR] [--limit N]
+                [--out runs/evals/<name>] [--concurrency 8] [--temperature T] [--max-turns N]
                 [--max-tokens-per-turn N] [--context-budget N] [--seed N] [--infra-retries 2]
                 [--mcp-backend gateway|in_process]
     SOURCE: a data folder (tasks/<split>.jsonl + worlds/), a TaskSpec .jsonl (worlds from --worlds), an APEX
-    file (apex:PATH), a folder of Harbor task folders (harbor:DIR) or ``bundled-terminal``. Writes spec.json,
-    trials.jsonl, trajectories.jsonl and eval.json under --out (default runs/evals/<model>-<harness>); rerunning the
-    same command resumes, running only the unfinished trials. Prints Pass@1 and mean reward, mean ± SE over passes.
+    file (apex:PATH), a folder of Harbor task folders (harbor:DIR) or ``bundled-terminal``. NAME is the model name
+    the engine serves (`recipe engine serve` prints it: the policy folder by default). The harness settings are the
+    policy's harness.json (from --policy, else the --tokenizer folder, else NAME when it is a folder) with the
+    harness flags on top; the MCP harness serves only the policy's apps. Checks before any trial that the engine
+    serves NAME, that the context budget fits its max_model_len and that the first prompt fits the budget. Writes
+    spec.json, trials.jsonl, trajectories.jsonl and eval.json under --out (default runs/evals/<model>-<harness>);
+    rerunning the same command resumes, running only the unfinished trials. Prints Pass@1 and mean reward, mean ± SE
+    over passes. Exit codes: 0 done; 1 every trial failed for infra or task reasons (error classes and the first
+    error printed); 2 a configuration error (one line on stderr), e.g. a model name the engine does not serve or a
+    request the engine rejects (the eval stops at once rather than retrying it).
 
 recipe eval mcq --engine-url URL --model NAME [--file F] [--passes 3] [--temperature 0.0] [--api chat|completions]
                 [--out DIR]
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -58,6 +66,7 @@ def _eval_run(args: argparse.Namespace) -> int:
         tasks=_task_source(args.tasks, args.split, args.worlds, args.limit),
         harness=args.harness,
         engine=EngineSpec(base_url=args.engine_url, model=args.model, tokenizer=args.tokenizer),
+        policy=Path(args.policy) if args.policy else None,
         passes=args.passes,
         out_dir=Path(args.out or f"runs/evals/{Path(args.model).name}-{args.harness}"),
         concurrency=args.concurrency,
@@ -83,6 +92,15 @@ def _eval_run(args: argparse.Namespace) -> int:
     console.print(f"{s.n_tasks} tasks × {s.n_passes} passes → {spec.out_dir}")
     console.print(f"Pass@1 {fmt_estimate(s.pass_at_1)}   mean reward {fmt_estimate(s.mean_reward)}   (mean ± SE)")
     console.print(f"error classes: {result.counts['error_class']}")
+    console.print(f"harness: {result.harness_source or 'HarnessConfig defaults (no harness.json found)'}")
+    unscored = result.unscored()
+    if unscored and len(unscored) == len(result.trials):
+        classes = dict(Counter(t.error_class.value for t in unscored if t.error_class))
+        print(
+            f"recipe: every trial failed ({classes}); first error ({unscored[0].task_id}): {unscored[0].error}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -126,13 +144,16 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--engine-url", required=True)
     run.add_argument("--model", required=True)
     run.add_argument("--tokenizer", help="tokenizer folder or hub id (default: --model)")
+    run.add_argument(
+        "--policy", help="policy folder whose harness.json sets the harness (default: --tokenizer, else --model)"
+    )
     run.add_argument("--passes", type=int, default=3)
     run.add_argument("--split", choices=["train", "heldout"], default="heldout")
     run.add_argument("--worlds", help="worlds folder for .jsonl / apex task files")
     run.add_argument("--limit", type=int, help="only the first N tasks")
     run.add_argument("--out", help="output folder (default runs/evals/<model>-<harness>)")
     run.add_argument("--concurrency", type=int, default=8)
-    run.add_argument("--temperature", type=float, default=1.0)
+    run.add_argument("--temperature", type=float, help="sampling temperature (default: the policy's, else 1.0)")
     run.add_argument("--max-turns", type=int)
     run.add_argument("--max-tokens-per-turn", type=int)
     run.add_argument("--context-budget", type=int, help="context budget in tokens (prompt + all turns)")

@@ -1,11 +1,15 @@
 """The eval runner against a scripted-policy HTTP engine, MCP harness with in-process apps (``local_envs``).
 
 The engine (a copy of the pattern in ``tests/envs/harness/conftest.py``) replies by turn, read from the prompt; a model
-can be told to answer HTTP 500 to its first N requests, which makes the harness report a retryable infra failure.
+can be told to answer HTTP 500 to its first N requests, which makes the harness report a retryable infra failure, or
+HTTP 400 to every request, which stops the eval. ``/v1/models`` lists the scripted models (with ``max_model_len``).
 Tasks: 2 that the script solves (expected 412.5, read from notes/q1.txt) and 2 it fails (expected 7), 2 passes each.
 """
 
+import asyncio
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +17,11 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from envs.apps import World
+from envs.harness.agent import HarnessConfig
+from envs.harness.chat import ANSWER_INSTRUCTIONS, ToolListing, compact_system_prompt, initial_messages, prompt_ids
+from envs.harness.policy import HARNESS_FILE, PolicyHarness, write_policy_harness
+from envs.harness.tools import LocalToolSession
 from envs.loaders import save_jsonl
 from envs.net import serve_in_thread
 from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Tier
@@ -21,6 +30,7 @@ from evals.runner import (
     TRAJECTORIES_FILE,
     TRIALS_FILE,
     EngineSpec,
+    EvalConfigError,
     EvalSpec,
     HarnessOverrides,
     McpBackend,
@@ -30,6 +40,10 @@ from evals.runner import (
     read_trials,
     run_eval,
 )
+from trainer.engine import Engine as EngineImpl
+from trainer.engine import EngineConfig
+from trainer.engine.server import create_app, default_served_name
+from trainer.model import TinyModelSpec, bootstrap_policy, load_policy, save_policy
 from trainer.tokenizer import save_tokenizer, train_tokenizer
 
 READ_Q1 = '<tool_call>\n{"name": "filesystem_read_file", "arguments": {"path": "notes/q1.txt"}}\n</tool_call>'
@@ -42,17 +56,25 @@ class Engine:
     url: str = ""
     scripts: dict[str, list[str]] = field(default_factory=dict)
     fail_first: dict[str, int] = field(default_factory=dict)  # model → requests still to answer with HTTP 500
+    rejected: set[str] = field(default_factory=set)  # models whose every request gets HTTP 400
+    max_model_len: int = 100_000
     requests: list[dict] = field(default_factory=list)
 
     def app(self) -> FastAPI:
         app = FastAPI()
         tok = self.tokenizer
 
+        @app.get("/v1/models")
+        async def models() -> dict:
+            return {"object": "list", "data": [{"id": m, "max_model_len": self.max_model_len} for m in self.scripts]}
+
         @app.post("/v1/completions")
         async def completions(request: Request) -> JSONResponse:
             body = await request.json()
             self.requests.append(body)
             model = body["model"]
+            if model in self.rejected:
+                return JSONResponse({"error": {"message": "max_tokens is too large for this model"}}, 400)
             if self.fail_first.get(model, 0) > 0:
                 self.fail_first[model] -= 1
                 return JSONResponse({"error": {"message": "scripted failure"}}, 500)
@@ -270,18 +292,211 @@ def test_data_folder_source_through_the_pooled_mcp_gateway(engine, tokenizer_dir
     data = tmp_path / "data"
     shutil.copytree(task_file.parent / "worlds", data / "worlds")
     save_jsonl(load_jsonl(task_file)[:2], data / "tasks" / "heldout.jsonl")
-    engine.scripts["solver"] = SOLVER
+    # The policy saw the filesystem tools only, listed compactly: the gateways must serve just those.
+    policy = tmp_path / "policy"
+    write_policy_harness(policy, PolicyHarness(apps=("filesystem",), harness=HarnessConfig(tool_listing="compact")))
+    engine.scripts["gateway-solver"] = SOLVER
     spec = _spec(
         task_file,
         engine,
         tokenizer_dir,
-        "solver",
+        "gateway-solver",
         tmp_path / "out",
         tasks=TaskSource(kind=SourceKind.DATA, path=data, split="heldout"),
         mcp_backend=McpBackend.GATEWAY,
         passes=1,
+        policy=policy,
     )
     result = run_eval(spec)
     # t-0 expects 412.5 (the solver's answer), t-1 expects 7.
     assert sorted((t.key, t.passed) for t in result.trials) == [(("t-0", 0), True), (("t-1", 0), False)]
     assert all(t.tool_calls_by_tool == {"filesystem_read_file": 1} for t in result.trials)
+    first_prompt = engine.tokenizer.decode(next(r for r in engine.requests if r["model"] == "gateway-solver")["prompt"])
+    assert "# Tools\nfilesystem_" in first_prompt and "sheets_" not in first_prompt and "mail_" not in first_prompt
+
+
+# --- configuration errors: once, at once -----------------------------------------------------------------------------
+
+
+def test_a_model_name_the_engine_does_not_serve_fails_before_any_trial(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["served"] = SOLVER
+    before = len(engine.requests)
+    with pytest.raises(EvalConfigError, match=r"serves \[.*'served'.*\], not 'base'; pass --model"):
+        run_eval(_spec(task_file, engine, tokenizer_dir, "base", tmp_path / "out"))
+    assert len(engine.requests) == before and read_trials(tmp_path / "out" / TRIALS_FILE) == []
+    nobody = _spec(task_file, engine, tokenizer_dir, "served", tmp_path / "down")
+    nobody = nobody.model_copy(update={"engine": nobody.engine.model_copy(update={"base_url": _closed_url()})})
+    with pytest.raises(EvalConfigError, match=r"cannot reach the engine at .*recipe engine serve"):
+        run_eval(nobody)
+
+
+def _closed_url() -> str:
+    from envs.net import free_port
+
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def test_a_context_budget_beyond_max_model_len_fails_before_any_trial(
+    engine, tokenizer_dir, task_file, tmp_path, monkeypatch
+):
+    engine.scripts["short"] = SOLVER
+    monkeypatch.setattr(engine, "max_model_len", 1024)
+    before = len(engine.requests)
+    with pytest.raises(
+        EvalConfigError,
+        match=r"context budget of 40000 tokens exceeds the max_model_len of 1024 .*pass --context-budget 1024.*"
+        r"The budget comes from the command line",
+    ):
+        run_eval(_spec(task_file, engine, tokenizer_dir, "short", tmp_path / "out"))
+    assert len(engine.requests) == before
+
+
+def test_a_first_prompt_longer_than_the_budget_fails_before_any_trial(engine, tokenizer_dir, task_file, tmp_path):
+    """No harness.json anywhere: the defaults list every app's tools as JSON schemas — far beyond 400 tokens."""
+    from transformers import AutoTokenizer
+
+    engine.scripts["tiny-context"] = SOLVER
+    overrides = HarnessOverrides(max_turns=4, max_tokens_per_turn=200, context_budget_tokens=400)
+    spec = _spec(task_file, engine, tokenizer_dir, "tiny-context", tmp_path / "out", harness_config=overrides)
+    tools = asyncio.run(LocalToolSession(World(tmp_path)).list_tools())
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    size = len(prompt_ids(tokenizer, initial_messages(ANSWER_INSTRUCTIONS, "Question 0: what was Q1 revenue?"), tools))
+    before = len(engine.requests)
+    with pytest.raises(EvalConfigError) as error:
+        run_eval(spec)
+    assert f"the first prompt of task t-0 is {size} tokens (full tool listing, {len(tools)} tools)" in str(error.value)
+    assert "context budget of 400 tokens, so every trial would fail" in str(error.value)
+    assert (
+        "from the harness defaults, with context_budget_tokens, max_tokens_per_turn, max_turns from the command line, "
+        f"as no harness.json is in {tokenizer_dir} (pass --policy DIR" in str(error.value)
+    )
+    assert len(engine.requests) == before
+
+
+def test_an_engine_rejection_stops_the_eval_once_without_retries(engine, tokenizer_dir, task_file, tmp_path):
+    engine.scripts["strict"] = SOLVER
+    engine.rejected.add("strict")
+    spec = _spec(task_file, engine, tokenizer_dir, "strict", tmp_path / "out", concurrency=1, infra_retries=2)
+    with pytest.raises(EvalConfigError, match=r"rejected a request for 'strict'.*HTTP 400.*max_tokens is too large"):
+        run_eval(spec)
+    assert len([r for r in engine.requests if r["model"] == "strict"]) == 1  # one 400, no retry, no other trial
+    assert read_trials(tmp_path / "out" / TRIALS_FILE) == []
+
+
+def _cli(engine: Engine, task_file: Path, model: str, out: Path, *extra: str) -> int:
+    from flows.cli import main
+
+    argv = ["eval", "run", "--tasks", str(task_file), "--worlds", str(task_file.parent / "worlds")]
+    argv += ["--engine-url", engine.url, "--model", model, "--passes", "2", "--out", str(out)]
+    argv += ["--mcp-backend", "in_process", "--max-turns", "3", "--max-tokens-per-turn", "200", *extra]
+    return main(argv)
+
+
+def test_cli_exit_codes(engine, tokenizer_dir, task_file, tmp_path, capsys):
+    tokenizer = ["--tokenizer", str(tokenizer_dir), "--context-budget", "40000"]
+    engine.scripts["cli-down"] = SOLVER
+    engine.fail_first["cli-down"] = 10**6
+    assert _cli(engine, task_file, "cli-down", tmp_path / "down", "--infra-retries", "0", *tokenizer) == 1
+    err = capsys.readouterr().err
+    assert "every trial failed ({'retryable_infra': 8}); first error (t-0): /v1/completions: HTTP 500" in err
+
+    assert _cli(engine, task_file, "nobody", tmp_path / "nobody", *tokenizer) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"recipe: error: the engine at {engine.url} serves [")
+
+    engine.scripts["cli-strict"] = SOLVER
+    engine.rejected.add("cli-strict")
+    assert _cli(engine, task_file, "cli-strict", tmp_path / "strict", "--concurrency", "1", *tokenizer) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "rejected a request for 'cli-strict'" in err[0] and "Traceback" not in err[0]
+
+    no_harness = tmp_path / "empty-policy"
+    no_harness.mkdir()
+    assert _cli(engine, task_file, "served", tmp_path / "p", "--policy", str(no_harness), *tokenizer) == 2
+    assert f"--policy {no_harness} holds no harness.json" in capsys.readouterr().err
+
+
+# --- the policy's harness.json, served by our engine ------------------------------------------------------------------
+
+TINY = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=1024)
+POLICY_HARNESS = PolicyHarness(
+    apps=("filesystem",),
+    harness=HarnessConfig(
+        tool_listing=ToolListing.SIGNATURES,
+        system_prompt="Use the tools.",
+        max_turns=3,
+        max_tokens_per_turn=8,
+        context_budget_tokens=1024,
+        agent_timeout_s=60,
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory) -> Path:
+    """A tiny policy (random weights) whose harness.json asks for signatures of the filesystem tools only."""
+    tools = asyncio.run(LocalToolSession(World(Path(".")), apps=POLICY_HARNESS.apps).list_tools())
+    listing = compact_system_prompt("Use the tools.", tools, ToolListing.SIGNATURES)
+    corpus = [listing, *SOLVER, *(f"Question {i}: what was Q1 revenue?" for i in range(4))] * 20
+    model, tokenizer = bootstrap_policy(corpus, TINY, vocab_size=600)
+    return save_policy(model, tokenizer, tmp_path_factory.mktemp("models") / "policy", harness=POLICY_HARNESS)
+
+
+@contextmanager
+def serving(policy_dir: Path, max_model_len: int | None = None) -> Iterator[str]:
+    model, tokenizer = load_policy(policy_dir)
+    engine = EngineImpl(model, tokenizer, EngineConfig(max_num_seqs=4, torch_threads=1, max_model_len=max_model_len))
+    with serve_in_thread(create_app(engine, default_served_name(policy_dir))) as url:
+        yield url
+
+
+def _policy_spec(url: str, model: str, task_file: Path, out: Path, **extra) -> EvalSpec:
+    fields = {
+        "tasks": TaskSource(kind=SourceKind.JSONL, path=task_file, worlds=task_file.parent / "worlds"),
+        "mcp_backend": McpBackend.IN_PROCESS,
+        "engine": EngineSpec(base_url=url, model=model, timeout_s=30),
+        "passes": 1,
+        "out_dir": out,
+    }
+    return EvalSpec(**(fields | extra))
+
+
+def test_the_policys_harness_json_is_what_the_eval_runs(policy_dir, task_file, tmp_path):
+    served = str(policy_dir)  # `recipe engine serve --model DIR` serves the name DIR, as vLLM does
+    _, tokenizer = load_policy(policy_dir)
+    tools = asyncio.run(LocalToolSession(World(tmp_path), apps=("filesystem",)).list_tools())
+    with serving(policy_dir) as url:
+        with pytest.raises(EvalConfigError, match=f"serves \\['{served}'\\], not 'base'; pass --model {served}$"):
+            run_eval(_policy_spec(url, "base", task_file, tmp_path / "base"))
+        with pytest.raises(EvalConfigError, match=r"budget of 4096 tokens exceeds the max_model_len of 1024"):
+            run_eval(
+                _policy_spec(
+                    url,
+                    served,
+                    task_file,
+                    tmp_path / "long",
+                    harness_config=HarnessOverrides(context_budget_tokens=4096),
+                )
+            )
+        overrides = HarnessOverrides(max_turns=1)  # flags go on top of harness.json
+        result = run_eval(_policy_spec(url, served, task_file, tmp_path / "out", harness_config=overrides))
+    expected = POLICY_HARNESS.model_copy(update={"harness": POLICY_HARNESS.harness.model_copy(update={"max_turns": 1})})
+    assert result.harness == expected and result.harness_source == policy_dir / HARNESS_FILE
+    spec_json = json.loads((tmp_path / "out" / "spec.json").read_text())
+    assert spec_json["resolved_harness"] == expected.model_dump(mode="json")
+    on_disk = json.loads((tmp_path / "out" / RESULT_FILE).read_text())
+    assert on_disk["harness"]["harness"]["tool_listing"] == "signatures" and on_disk["harness"]["apps"] == [
+        "filesystem"
+    ]
+    for trial in result.trials:
+        prompt = initial_messages("Use the tools.", f"Question {trial.task_id[-1]}: what was Q1 revenue?")
+        assert trial.prompt_tokens == len(prompt_ids(tokenizer, prompt, tools, ToolListing.SIGNATURES))
+        assert trial.turns == 1 and trial.completion_tokens <= 8 and trial.error_class is not ErrorClass.RETRYABLE_INFRA
+
+
+def test_harness_json_beyond_the_served_context_names_the_file(policy_dir, task_file, tmp_path):
+    with serving(policy_dir, max_model_len=512) as url, pytest.raises(EvalConfigError) as error:
+        run_eval(_policy_spec(url, str(policy_dir), task_file, tmp_path / "out"))
+    message = str(error.value)
+    assert "the context budget of 1024 tokens exceeds the max_model_len of 512" in message
+    assert message.endswith(f"The budget comes from the policy's {policy_dir / HARNESS_FILE}")

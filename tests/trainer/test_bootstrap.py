@@ -12,6 +12,7 @@ from envs.apps import World
 from envs.build import build_environment, content_digest, load_manifest, load_tasks
 from envs.check import fork_world
 from envs.harness.agent import run_group
+from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness, write_policy_harness
 from envs.rollout import local_envs
 from envs.types import StopReason, Tier, Trajectory
 from trainer.bootstrap import (
@@ -22,9 +23,11 @@ from trainer.bootstrap import (
     draw_traces,
     harness_config,
     offered_tools,
+    policy_harness,
     select_tasks,
 )
 from trainer.engine import Engine, EngineConfig
+from trainer.loops.local_run import base_loop_settings
 from trainer.model import TinyModelSpec, load_policy
 from trainer.rollout_eval import EngineCompletions
 from trainer.tokenizer import train_tokenizer
@@ -220,6 +223,7 @@ def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
     assert again.report == result.report
     other = bootstrap(TINY.model_copy(update={"seed": 1}), small_data, tmp_path / "models")
     assert other.path != result.path and not other.cached
+    assert_harness_json_drives_the_loops(result.path, small_data, tmp_path / "models")
 
     model, tokenizer = load_policy(result.path)
     [task] = [t for t in load_tasks(small_data) if t.split == "heldout"]
@@ -236,6 +240,23 @@ def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
         assert isinstance(trajectory, Trajectory) and trajectory.error_class != "retryable_infra"
         assert trajectory.stop_reason in set(StopReason) and len(trajectory.tokens) > trajectory.prompt_len
         assert len(trajectory.loss_mask) == len(trajectory.tokens) == len(trajectory.logprobs)
+
+
+def assert_harness_json_drives_the_loops(base: Path, data: Path, out: Path) -> None:
+    expected = policy_harness(TINY)
+    assert read_policy_harness(base) == expected and expected.apps == APPS
+    assert expected.harness == harness_config(TINY).model_copy(update={"seed": None})
+    settings = base_loop_settings(base)
+    assert (settings["harness"], settings["apps"]) == (expected.harness, APPS)
+    # harness.json, not bootstrap.json, is what the loops read
+    write_policy_harness(
+        base, PolicyHarness(apps=("filesystem",), harness=expected.harness.model_copy(update={"max_turns": 7}))
+    )
+    assert base_loop_settings(base)["harness"].max_turns == 7 and base_loop_settings(base)["apps"] == ("filesystem",)
+    # a base cached before policies carried harness.json: the loops fall back on its spec, a cache hit writes the file
+    (base / HARNESS_FILE).unlink()
+    assert base_loop_settings(base)["harness"] == expected.harness
+    assert bootstrap(TINY, data, out).cached and read_policy_harness(base) == expected
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ import torch
 from pydantic import ValidationError
 from transformers import Qwen3ForCausalLM
 
+from envs.harness.agent import HarnessConfig
+from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, load_policy, save_policy
 
 CORPUS = [f"memo {i}: the client margin is {i * 7 % 100}% of revenue" for i in range(300)]
@@ -56,6 +58,15 @@ def test_save_load_round_trip(policy, tmp_path):
     assert loaded_tok.encode("memo 7") == tok.encode("memo 7")
     save_policy(model, tok, path)  # overwriting an existing checkpoint works
     assert (path / "model.safetensors").is_file()
+
+
+def test_save_writes_the_harness_with_the_weights(policy, tmp_path):
+    model, tok = policy
+    settings = PolicyHarness(apps=("filesystem",), harness=HarnessConfig(context_budget_tokens=256, max_turns=2))
+    path = save_policy(model, tok, tmp_path / "step-1", harness=settings)
+    assert read_policy_harness(path) == settings
+    assert [p.name for p in tmp_path.iterdir()] == ["step-1"]  # written inside the temp folder, renamed with it
+    assert not (save_policy(model, tok, tmp_path / "step-2") / HARNESS_FILE).exists()
 
 
 def test_load_refuses_what_is_not_a_qwen3_checkpoint(tmp_path):

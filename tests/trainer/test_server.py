@@ -187,3 +187,27 @@ def test_real_socket_control_routes_with_a_request_in_flight(policy, tmp_path):
         server.should_exit = True
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize(("extra", "name"), [([], None), (["--served-model-name", "base"], "base")])
+def test_recipe_engine_serve_prints_the_served_name(policy, tmp_path, monkeypatch, capsys, extra, name):
+    """The default name is the folder as given (vLLM's default), what `recipe eval run --model` passes."""
+    from envs.net import serve_in_thread
+    from flows.cli import main
+    from trainer.engine import server
+
+    model, tok = policy
+    folder = save_policy(model, tok, tmp_path / "policy")
+    cards = []
+
+    def run_briefly(app, **_: object) -> None:  # instead of serving until interrupted
+        with serve_in_thread(app) as url:
+            cards.extend(httpx.get(f"{url}/v1/models").json()["data"])
+
+    monkeypatch.setattr(server.uvicorn, "run", run_briefly)
+    assert main(["engine", "serve", "--model", f"{folder}/", "--port", "8123", *extra]) == 0
+    served = name or str(folder)  # the trailing slash is dropped
+    assert [(card["id"], card["max_model_len"]) for card in cards] == [(served, SPEC.max_position)]
+    printed = capsys.readouterr().out
+    assert f"serving model {served!r} (max_model_len 128) at http://127.0.0.1:8123/v1" in printed
+    assert f"recipe eval run --model {served}" in printed

@@ -5,12 +5,17 @@ Routes (the vLLM wire format, so a real vLLM server is a drop-in):
                                choices[].prompt_token_ids; `logprobs: k` adds choices[].logprobs.{tokens,
                                token_logprobs, top_logprobs, text_offset} (raw-model logprobs, vLLM's default)
     POST /v1/chat/completions  messages rendered with the tokenizer's chat template
-    GET  /v1/models, GET /health
+    GET  /v1/models            one card: the served model name (``id``) and its context limit (``max_model_len``)
+    GET  /health
     POST /pause?mode=keep|abort, POST /resume, POST /update_weights {"path": dir}, GET /version
 Every bad request gets a 4xx JSON body {"error": {"message", "type", "code"}} naming what was wrong; an unexpected
 failure is a 500 with the same shape; the process keeps serving.
 
     python -m trainer.engine.server runs/x/policy/step-0 --port 8000
+
+The served model name — what clients pass as ``model`` — defaults, as in vLLM, to the policy folder's path as given
+(``runs/x/policy/step-0``), so an eval's ``--model`` names the folder its tokenizer and ``harness.json`` live in;
+``--served-model-name`` sets another. ``serve`` prints it on start.
 """
 
 from __future__ import annotations
@@ -303,11 +308,22 @@ def serve(
     served_model_name: str | None = None,
     config: EngineConfig | None = None,
 ) -> None:
-    """Load the policy in `model_dir` and serve it until interrupted."""
+    """Load the policy in `model_dir` and serve it until interrupted; prints the served model name and context limit."""
     model, tokenizer = load_policy(model_dir)
     engine = Engine(model, tokenizer, config)
-    app = create_app(engine, served_model_name or str(model_dir))
+    name = served_model_name or default_served_name(model_dir)
+    app = create_app(engine, name)
+    print(
+        f"serving model {name!r} (max_model_len {engine.max_model_len}) at http://{host}:{port}/v1 — "
+        f"clients pass model={name!r} (recipe eval run --model {name})",
+        flush=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def default_served_name(model_dir: str | os.PathLike[str]) -> str:
+    """vLLM's default served name, the model path as given; normalised, so ``dir/`` and ``dir`` serve one name."""
+    return str(Path(model_dir))
 
 
 def main() -> None:
@@ -315,7 +331,7 @@ def main() -> None:
     parser.add_argument("model_dir")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--served-model-name", default=None, help="model name clients pass (default: MODEL_DIR)")
     parser.add_argument("--max-num-seqs", type=int, default=EngineConfig().max_num_seqs)
     parser.add_argument("--compile", action="store_true", help="torch.compile the decode step")
     args = parser.parse_args()

@@ -2,8 +2,9 @@
 
 Layout of one checkpoint, ``<root>/step-<step:08d>/``:
 
-    policy/              HF folder written by ``save_policy`` (config, safetensors weights, tokenizer): servable
-                         by the engine and loadable with ``load_policy`` on its own
+    policy/              HF folder written by ``save_policy`` (config, safetensors weights, tokenizer, and the
+                         loop's harness settings as harness.json): servable by the engine, loadable with
+                         ``load_policy`` and evaluable with the harness it was trained with, on its own
     trainer_state.pt     AdamW state, LR-scheduler state, python / numpy / torch (and CUDA) RNG states
     meta.json            step, data cursor, caller's extra, trainer config (for the audit trail)
 
@@ -31,6 +32,7 @@ import torch
 from pydantic import JsonValue
 from transformers import PreTrainedTokenizerBase
 
+from envs.harness.policy import PolicyHarness
 from trainer.local.trainer import LocalTrainer
 from trainer.model import load_policy, save_policy
 
@@ -78,10 +80,12 @@ def save_checkpoint(
     *,
     tokenizer: PreTrainedTokenizerBase,
     keep_last: int = 3,
+    harness: PolicyHarness | None = None,
 ) -> Path:
     """Write ``<root>/step-<step>/`` atomically, then delete all but the newest ``keep_last`` checkpoints.
 
-    ``data_cursor`` (where the data stream resumes) and ``extra`` must be JSON values. Returns the checkpoint path.
+    ``data_cursor`` (where the data stream resumes) and ``extra`` must be JSON values; ``harness`` goes into the
+    policy folder as ``harness.json``. Returns the checkpoint path.
     """
     if keep_last < 1:
         raise ValueError(f"keep_last must be ≥ 1, got {keep_last}")
@@ -103,7 +107,7 @@ def save_checkpoint(
     target = root / checkpoint_name(step)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}-"))
     try:
-        save_policy(trainer.model, tokenizer, tmp / POLICY_DIR)
+        save_policy(trainer.model, tokenizer, tmp / POLICY_DIR, harness=harness)
         state = {
             "optimizer": trainer.optimizer.state_dict(),
             "scheduler": trainer.scheduler.state_dict(),

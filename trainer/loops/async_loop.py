@@ -177,7 +177,10 @@ class InProcessRuntime:
     async def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
         trainer, tokenizer = self.policy.trainer, self.policy.tokenizer
         root = self.out_dir / CHECKPOINTS
-        await asyncio.to_thread(save_checkpoint, root, trainer, step, cursor, {"kind": "async"}, tokenizer=tokenizer)
+        harness = self.config.policy_harness()
+        await asyncio.to_thread(
+            save_checkpoint, root, trainer, step, cursor, {"kind": "async"}, tokenizer=tokenizer, harness=harness
+        )
 
 
 @dataclass

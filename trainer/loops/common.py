@@ -25,6 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from envs.harness.agent import EnvFactory, HarnessConfig, run_group
 from envs.harness.engine_client import CompletionEngine
+from envs.harness.policy import PolicyHarness
 from envs.rollout import local_envs
 from envs.types import ErrorClass, Split, TaskSpec, Tier, Trajectory
 from trainer.algorithms import AlgorithmConfig
@@ -205,6 +206,10 @@ class LoopConfig(BaseModel):
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_model_len=self.harness.context_budget_tokens)
+
+    def policy_harness(self) -> PolicyHarness:
+        """The harness settings every checkpoint's policy folder carries (``harness.json``)."""
+        return PolicyHarness.from_training(self.harness, self.apps)
 
     def checkpoint_due(self, step: int) -> bool:
         return step == self.steps or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)

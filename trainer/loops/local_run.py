@@ -1,6 +1,6 @@
 """The local profile's training run, end to end: base model → overfit subset → loop → before/after eval.
 
-The base is a bootstrapped policy folder (``trainer.bootstrap``); its ``bootstrap.json`` fixes the apps and harness
+The base is a bootstrapped policy folder (``trainer.bootstrap``); its ``harness.json`` fixes the apps and harness
 settings, so rollouts look exactly like the traces it imitated. The subset is the recipe's overfit rule: train tasks
 on which the base's rollouts disagree (non-zero reward variance). Used by ``recipe train run`` and by
 ``benchmarks/learning_curve.py``.
@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from envs.build import load_tasks
+from envs.harness.policy import PolicyHarness, read_policy_harness
 from envs.types import Split, TaskSpec
 from trainer.algorithms import AlgorithmConfig
-from trainer.bootstrap import BootstrapReport, harness_config, select_tasks
+from trainer.bootstrap import REPORT_FILE, BootstrapReport, BootstrapSpec, policy_harness, select_tasks
 from trainer.engine import Engine
 from trainer.local import TrainerConfig
 from trainer.loops.common import LoopConfig, TaskFilter, default_envs, evaluate_reward, tasks_with_variance
@@ -26,19 +27,29 @@ from trainer.model import load_policy
 
 def base_loop_settings(base_dir: Path, **overrides: Any) -> dict[str, Any]:
     """LoopConfig fields that must match the base (harness, apps), plus the recipe's algorithm, plus ``overrides``."""
-    spec = BootstrapReport.model_validate_json((base_dir / "bootstrap.json").read_text()).spec
+    settings = base_harness(base_dir)
     lr = overrides.pop("lr", 1e-4)
     return {
-        "harness": harness_config(spec),
-        "apps": spec.apps,
+        "harness": settings.harness,
+        "apps": settings.apps,
         "trainer": TrainerConfig(lr=lr, algorithm=AlgorithmConfig()),
         "checkpoint_every": 0,
     } | overrides
 
 
+def base_harness(base_dir: Path) -> PolicyHarness:
+    """The base's ``harness.json``; for a folder from before policies carried one, the settings its
+    ``bootstrap.json`` spec implies."""
+    return read_policy_harness(base_dir) or policy_harness(_bootstrap_spec(base_dir))
+
+
+def _bootstrap_spec(base_dir: Path) -> BootstrapSpec:
+    return BootstrapReport.model_validate_json((base_dir / REPORT_FILE).read_text()).spec
+
+
 def train_candidates(base_dir: Path, data: Path) -> list[TaskSpec]:
     """The train-split tasks of the tiers the base was bootstrapped on."""
-    spec = BootstrapReport.model_validate_json((base_dir / "bootstrap.json").read_text()).spec
+    spec = _bootstrap_spec(base_dir)
     return [task for task in select_tasks(load_tasks(data), spec) if task.split is Split.TRAIN]
 
 

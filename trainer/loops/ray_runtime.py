@@ -95,7 +95,8 @@ class TrainerActor:
 
     def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
         root = self.out_dir / CHECKPOINTS
-        save_checkpoint(root, self.trainer, step, cursor, {"kind": "async"}, tokenizer=self.tokenizer)
+        harness = self.config.policy_harness()
+        save_checkpoint(root, self.trainer, step, cursor, {"kind": "async"}, tokenizer=self.tokenizer, harness=harness)
 
 
 class _ActorSync:

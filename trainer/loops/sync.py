@@ -148,7 +148,13 @@ async def sync_loop(
             history.steps.append(record)
             if config.checkpoint_due(step):
                 save_checkpoint(
-                    out_dir / CHECKPOINTS, policy.trainer, step, cursor, {"kind": "sync"}, tokenizer=policy.tokenizer
+                    out_dir / CHECKPOINTS,
+                    policy.trainer,
+                    step,
+                    cursor,
+                    {"kind": "sync"},
+                    tokenizer=policy.tokenizer,
+                    harness=config.policy_harness(),
                 )
             history.save(out_dir)
             if on_step is not None:

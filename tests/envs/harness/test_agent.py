@@ -15,7 +15,7 @@ import pytest
 
 from envs.graders import grade
 from envs.harness.agent import HarnessConfig, SampleEnv, run_agent, run_group
-from envs.harness.engine_client import CompletionsClient, EngineError
+from envs.harness.engine_client import CompletionsClient, EngineError, EngineRejected
 from envs.harness.tools import LocalToolSession, ToolOutcome, error_signature
 from envs.net import free_port
 from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Trajectory
@@ -245,9 +245,38 @@ def test_engine_client_classifies_failures(scripted):
         asyncio.run(go(f"http://127.0.0.1:{free_port()}", "m"))
     assert refused.value.retryable
     scripted.scripts["bad-request"] = [Reply(status=400)]
-    with pytest.raises(EngineError, match="HTTP 400") as bad:
+    with pytest.raises(EngineRejected, match="HTTP 400") as bad:
         asyncio.run(go(scripted.url, "bad-request"))
     assert not bad.value.retryable
+    scripted.scripts["rate-limited"] = [Reply(status=429)]  # "not now", not "not this request"
+    with pytest.raises(EngineError, match="HTTP 429") as busy:
+        asyncio.run(go(scripted.url, "rate-limited"))
+    assert busy.value.retryable and not isinstance(busy.value, EngineRejected)
+
+
+def test_engine_rejection_propagates_from_agent_and_group(scripted, tokenizer, world):
+    """A 4xx is a configuration error: no trajectory, no retry; run_group raises it as itself, not in a group."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    scripted.scripts[model] = [Reply(status=400)]
+
+    @asynccontextmanager
+    async def env_factory(sample_index):
+        yield SampleEnv(LocalToolSession(world, apps=("filesystem",)), lambda a: grade(TASK, a, world.root, world.root))
+
+    async def go(group: bool):
+        async with CompletionsClient(scripted.url, model, timeout_s=10) as engine:
+            if group:
+                return await run_group(TASK, env_factory, engine, tokenizer, CONFIG, group_id="g", n=3)
+            async with env_factory(0) as env:
+                return await run_agent(TASK, env.tools, engine, tokenizer, CONFIG, grade_fn=env.grade, group_id="g")
+
+    with pytest.raises(EngineRejected, match="HTTP 400"):
+        asyncio.run(go(group=False))
+    assert len(scripted.prompts(model)) == 1
+    with pytest.raises(EngineRejected, match="HTTP 400"):
+        asyncio.run(go(group=True))
+    # The first refusal cancels the group: at most one first turn per sample reached the engine, none retried.
+    assert 2 <= len(scripted.prompts(model)) <= 4
 
 
 def test_config_rejects_bad_values():

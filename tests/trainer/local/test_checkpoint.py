@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from envs.harness.agent import HarnessConfig
+from envs.harness.chat import ToolListing
+from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness
 from trainer.local.batch import TrainBatch
 from trainer.local.checkpoint import (
     latest_checkpoint,
@@ -83,6 +86,15 @@ def test_keeps_the_last_k_and_writes_atomically(model, tokenizer, tmp_path):
     (tmp_path / ".step-00000025-abc").mkdir()
     assert latest_checkpoint(tmp_path).name == "step-00000020"
     assert latest_checkpoint(tmp_path / "none") is None
+
+
+def test_the_policy_folder_carries_the_loops_harness(model, tokenizer, tmp_path):
+    trainer = LocalTrainer(model, CONFIG)
+    settings = PolicyHarness(apps=("sheets",), harness=HarnessConfig(tool_listing=ToolListing.COMPACT, max_turns=3))
+    path = save_checkpoint(tmp_path, trainer, 1, data_cursor=0, tokenizer=tokenizer, harness=settings)
+    assert read_policy_harness(path / "policy") == settings
+    bare = save_checkpoint(tmp_path, trainer, 2, data_cursor=0, tokenizer=tokenizer)
+    assert not (bare / "policy" / HARNESS_FILE).exists()
 
 
 def test_bad_arguments_are_named(model, tokenizer, tmp_path):

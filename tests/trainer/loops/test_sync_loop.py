@@ -12,6 +12,7 @@ import torch
 from envs.build import ensure_environment, load_tasks
 from envs.harness.agent import HarnessConfig, SampleEnv
 from envs.harness.chat import ToolListing
+from envs.harness.policy import PolicyHarness, read_policy_harness
 from envs.rollout import local_envs
 from envs.types import GradeResult, TaskSpec
 from trainer.engine import Engine, EngineConfig, SamplingParams
@@ -94,6 +95,13 @@ def test_sync_loop_trains_pushes_and_checkpoints(env, policy_dir, tmp_path):
     assert [r.positions for r in history.steps] == [[0, 1], [2, 3]]
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000002"
     assert (tmp_path / "history.json").is_file()
+    assert_carries_the_harness(tmp_path)
+
+
+def assert_carries_the_harness(out: Path) -> None:
+    """The newest checkpoint's policy folder holds the loop's harness and apps, nudge and seed stored off."""
+    stored = read_policy_harness(latest_checkpoint(out / "checkpoints") / "policy")
+    assert stored == PolicyHarness(apps=("filesystem",), harness=HARNESS.model_copy(update={"seed": None}))
 
 
 def test_sync_resume_continues_the_exact_task_stream(env, policy_dir, tmp_path):
@@ -119,6 +127,7 @@ def test_async_loop_runs_on_the_real_engine(env, policy_dir, tmp_path):
     assert [r.step for r in resumed.steps] == [1, 2, 3]
     trained = [p for r in resumed.steps for p in r.positions]
     assert len(set(trained)) == len(trained)  # no position trained twice across the resume
+    assert_carries_the_harness(tmp_path)
 
 
 def test_weight_push_keeps_requests_in_flight(policy_dir):
@@ -193,3 +202,4 @@ def test_async_loop_on_ray_actors(env, policy_dir, tmp_path):
     assert [r.step for r in history.steps] == [1, 2]
     assert all(len(r.positions) == 2 and r.staleness_max <= 1 for r in history.steps)
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000002"
+    assert_carries_the_harness(tmp_path)
