@@ -5,7 +5,8 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
 1. tasks: the data folder's tasks of ``spec.tiers`` whose oracles only use ``spec.apps`` (train split for training,
    both splits for the Pass@1 report);
 2. traces: ``traces_per_task`` per train task, each the oracle's trace or — with the noise rates — a trace whose
-   first call is a wrong tool / file / argument, answered with what that call really returned (``trainer.traces``);
+   first call is a wrong tool / file / argument, answered with what that call really returned — or, when that call
+   failed with an error, followed by the oracle's calls and answer (``recover_after_error``; ``trainer.traces``);
 3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
 4. layout: every trace rendered exactly as the harness (compact tool listing) records a rollout; a few are replayed
    through ``run_agent`` and must match token for token;
@@ -116,6 +117,11 @@ class BootstrapSpec(BaseModel):
     noise: NoiseRates = NoiseRates()
     value_swap: float = Field(
         0.5, ge=0, le=1, description="share of clean traces whose observed value is another task's (answer follows)"
+    )
+    recover_after_error: bool = Field(
+        True,
+        description="a wrong first call that fails (the tool answers with an error) is followed by the oracle's calls "
+        "and answer, as an agent that reads the error would; a wrong call that succeeds is answered from",
     )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
@@ -244,6 +250,8 @@ def draw_traces(
     candidates = {kind: noise_candidates(task, world, kind, offered) for kind, rate in rates.items() if rate > 0}
     applicable = {kind for kind, calls in candidates.items() if calls}
     wrong: dict[str, Trace] = {}  # one tool call per distinct wrong call
+    # A recovery adds the wrong call's turn before the oracle's calls and answer: it must fit the turn budget.
+    recovers = spec.recover_after_error and len(clean.calls) + 2 <= spec.max_turns
     traces = []
     for index in range(spec.traces_per_task):
         rng = random.Random(f"{spec.seed}:{task.task_id}:{index}")
@@ -255,7 +263,7 @@ def draw_traces(
         call = rng.choice(candidates[kind])
         key = json.dumps([kind, call], sort_keys=True)
         if key not in wrong:
-            wrong[key] = noisy_trace(task, world, kind, call)
+            wrong[key] = noisy_trace(task, world, kind, call, clean if recovers else None)
         traces.append(wrong[key])
     return traces
 

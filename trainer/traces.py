@@ -15,7 +15,10 @@ wrong_argument      a neighbouring ``cell`` or another ``sheet`` of the workbook
 
 The noisy answer is the observation's text, stripped — exactly what the oracle does with an output it saves without a
 pattern — so the model learns to copy whatever it read, and only the choice of call decides the reward: the part RL
-can fix. A noisy trace ends after that one call.
+can fix. A wrong call that *fails* (a missing file or sheet: the tool answers with an error) is, with ``recovery``,
+followed by the oracle's own calls and answer: an agent reads an explicit error and tries again, while a silently
+wrong value has nothing to recover from. Those traces are what makes the base's rollouts multi-turn (the TITO check
+needs rollouts with two or more tool calls).
 
 ``render_trace`` lays a trace out token by token exactly as ``envs.harness.agent.run_agent`` builds a rollout that
 sampled the same assistant text (``chat.prompt_ids`` + sampled ids + EOS + ``turn_close_ids`` + ``delta_ids`` …);
@@ -63,6 +66,7 @@ class TraceCall:
     tool: str  # registry name, e.g. "sheets.read_cell"
     args: dict[str, Any]
     observation: str  # the text the model reads (a tool error's message when it failed)
+    failed: bool = False  # the tool answered with an error
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,16 @@ def tool_call_text(tool: str, args: Mapping[str, Any]) -> str:
 
 def observe(world: World, tool: str, args: Mapping[str, Any]) -> str:
     """What the model reads after a call: the tool's text, or its error message (as ``LocalToolSession`` reports)."""
+    return observed_call(world, tool, args).observation
+
+
+def observed_call(world: World, tool: str, args: Mapping[str, Any]) -> TraceCall:
+    """The call with what it returned, and whether that was an error."""
     try:
         text = call_tool(world, tool, dict(args))
     except ToolError as error:
-        return str(error)
-    return "" if text is None else str(text)
+        return TraceCall(tool, dict(args), str(error), failed=True)
+    return TraceCall(tool, dict(args), "" if text is None else str(text))
 
 
 def oracle_trace(task: TaskSpec, world: World) -> Trace:
@@ -224,11 +233,16 @@ def noise_candidates(task: TaskSpec, world: World, kind: NoiseKind, offered: Seq
     return NOISE_CANDIDATES[kind](world, first.tool, substitute(first.args, {}), offered)
 
 
-def noisy_trace(task: TaskSpec, world: World, kind: NoiseKind, call: tuple[str, dict[str, Any]]) -> Trace:
-    """One wrong call (a ``noise_candidates`` entry), its real observation, and that observation as the answer."""
-    tool, args = call
-    observation = observe(world, tool, args)
-    return Trace(task.task_id, (TraceCall(tool, args, observation),), observation.strip(), kind)
+def noisy_trace(
+    task: TaskSpec, world: World, kind: NoiseKind, call: tuple[str, dict[str, Any]], recovery: Trace | None = None
+) -> Trace:
+    """One wrong call (a ``noise_candidates`` entry) and its real observation; answered with that observation, or —
+    when the call failed and a ``recovery`` trace (the task's oracle trace) is given — followed by its calls and
+    answer."""
+    wrong = observed_call(world, *call)
+    if wrong.failed and recovery is not None:
+        return Trace(task.task_id, (wrong, *recovery.calls), recovery.answer, kind)
+    return Trace(task.task_id, (wrong,), wrong.observation.strip(), kind)
 
 
 def draw_noise(rng: random.Random, rates: Mapping[NoiseKind, float], applicable: set[NoiseKind]) -> NoiseKind | None:

@@ -119,6 +119,17 @@ def test_noisy_trace_answers_with_the_real_observation(cell_task, world):
     assert clean.answer == "25.9" and clean.calls[0].tool == "sheets.read_cell" and clean.noise is None
 
 
+def test_a_failed_wrong_call_is_recovered_from_and_a_silent_one_is_not(cell_task, world):
+    clean = oracle_trace(cell_task, world)
+    missing = ("sheets.read_cell", {"path": "models/operating_model.xlsx", "sheet": "Nowhere", "cell": "B12"})
+    recovered = noisy_trace(cell_task, world, NoiseKind.WRONG_ARGUMENT, missing, recovery=clean)
+    assert recovered.calls[0].failed and "Nowhere" in recovered.calls[0].observation
+    assert recovered.calls[1:] == clean.calls and recovered.answer == "25.9"  # read the error, made the right call
+    silent = ("sheets.read_formula", {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"})
+    answered = noisy_trace(cell_task, world, NoiseKind.WRONG_TOOL, silent, recovery=clean)
+    assert len(answered.calls) == 1 and answered.answer == "=B9-B11"  # nothing told it the value was wrong
+
+
 def test_draw_noise_respects_the_rates():
     rates = {NoiseKind.WRONG_TOOL: 0.1, NoiseKind.WRONG_FILE: 0.08, NoiseKind.WRONG_ARGUMENT: 0.07}
     rng = random.Random(0)
