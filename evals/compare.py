@@ -153,3 +153,26 @@ def unpaired_comparison(
         verdict=verdict_for(diff - half_width, diff + half_width),
         df=df,
     )
+
+
+def one_sided_paired_test(
+    baseline: Sequence[TrialResult], candidate: Sequence[TrialResult], metric: Metric = Metric.MEAN_REWARD
+) -> tuple[float, float]:
+    """(mean per-task gain, one-sided p) for H1: candidate > baseline, by a paired t-test over tasks.
+
+    Each run is reduced to per-task means over its passes (as ``paired_comparison`` does); the t statistic is
+    mean(d) / (std(d, ddof=1) / sqrt(T)) on T − 1 degrees of freedom (Student 1908; ``scipy.stats.ttest_rel`` with
+    ``alternative="greater"``). When every difference is the same, the spread is 0 and the test is decided by the
+    sign: p = 0 for a positive gain, else 1. Needs at least 2 shared tasks.
+    """
+    base, cand = trial_matrix(baseline), trial_matrix(candidate)
+    if base.task_ids != cand.task_ids:
+        raise ValueError("the runs cover different tasks; a paired test needs the same ones")
+    if len(base.task_ids) < 2:
+        raise ValueError(f"a paired test needs at least 2 tasks, got {len(base.task_ids)}")
+    diffs_T = cand.values_TP(metric).mean(axis=1) - base.values_TP(metric).mean(axis=1)
+    gain = float(diffs_T.mean())
+    if np.allclose(diffs_T, diffs_T[0]):
+        return gain, 0.0 if gain > 0 else 1.0
+    p = float(scipy_stats.ttest_1samp(diffs_T, 0.0, alternative="greater").pvalue)
+    return gain, p

@@ -315,9 +315,14 @@ class Engine:
             while self._waiting and self._pool.n_free:
                 seq = self._waiting[0]
                 hit = self._prefix_cache.lookup(seq.prompt) if self._prefix_cache else None
-                new_tokens = len(seq.prompt) - (hit.n_tokens if hit else 0)
-                widest = max([new_tokens, *(len(s.prompt) - s.cached_tokens for s in admitted)])
+                cached = hit.n_tokens if hit else 0
+                widest = max([len(seq.prompt) - cached, *(len(s.prompt) - s.cached_tokens for s in admitted)])
                 if admitted and widest * (len(admitted) + 1) > self.config.max_prefill_tokens:
+                    break
+                # Rows are right-padded to the widest: a row's padded positions (cached prefix + widest) must stay
+                # inside the context, or they index past the RoPE table; such a prompt waits for the next step.
+                furthest = max([cached, *(s.cached_tokens for s in admitted)]) + widest
+                if admitted and furthest > self.max_model_len:
                     break
                 self._waiting.popleft()
                 if seq.cancelled:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -48,6 +48,8 @@ from trainer.loops.common import (
     EnvsFor,
     LoopConfig,
     LoopHistory,
+    OnRollouts,
+    OnStep,
     Policy,
     StepRecord,
     default_envs,
@@ -59,8 +61,6 @@ from trainer.loops.common import (
     task_at,
 )
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
-
-OnStep = Callable[[StepRecord], None]
 
 
 class RuntimeKind(StrEnum):
@@ -200,6 +200,7 @@ async def run_async(
     history: LoopHistory,
     out_dir: Path,
     on_step: OnStep | None = None,
+    on_rollouts: OnRollouts | None = None,
 ) -> LoopHistory:
     """The worker / trainer choreography of the module docstring over any ``Runtime``."""
     K, S, B = config.workers, config.max_staleness, config.prompts_per_step
@@ -287,6 +288,8 @@ async def run_async(
                 record.eval_reward, record.eval_pass_rate = await runtime.evaluate()
                 clock_origin += time.perf_counter() - tick
             history.steps.append(record)
+            if on_rollouts is not None:
+                on_rollouts(counters.steps_done, finished)
             if config.checkpoint_due(counters.steps_done):
                 await runtime.checkpoint(counters.steps_done, cursor.to_json(outstanding))
             history.save(out_dir)
@@ -306,13 +309,15 @@ def run_async_loop(
     on_step: OnStep | None = None,
     *,
     envs_for: EnvsFor | None = None,
+    on_rollouts: OnRollouts | None = None,
 ) -> LoopHistory:
-    """Run (or resume from ``out_dir``'s newest checkpoint) the fully-async loop on the configured runtime."""
+    """Run (or resume from ``out_dir``'s newest checkpoint) the fully-async loop on the configured runtime;
+    ``on_rollouts`` sees, after each step, every rollout that finished since the previous one."""
     selected = config.tasks.select(tasks)
     if config.runtime is RuntimeKind.RAY:
         from trainer.loops.ray_runtime import run_on_ray  # ray is imported only when asked for
 
-        return run_on_ray(policy_dir, selected, worlds_root, config, out_dir, on_step, envs_for)
+        return run_on_ray(policy_dir, selected, worlds_root, config, out_dir, on_step, envs_for, on_rollouts)
     policy = open_policy(policy_dir, config.trainer, out_dir, config.engine_config())
     try:
         envs_for = envs_for or default_envs(worlds_root, config.apps)
@@ -320,6 +325,6 @@ def run_async_loop(
         start = policy.resumed.step if policy.resumed else 0
         cursor = StreamCursor.from_json(policy.resumed.data_cursor) if policy.resumed else StreamCursor()
         history = LoopHistory.resume(out_dir, "async", start)
-        return asyncio.run(run_async(runtime, config, start, cursor, history, out_dir, on_step))
+        return asyncio.run(run_async(runtime, config, start, cursor, history, out_dir, on_step, on_rollouts))
     finally:
         policy.close()

@@ -38,6 +38,11 @@ CHECKPOINTS = "checkpoints"
 HISTORY_FILE = "history.json"
 _PRIME = 1_000_003
 
+OnStep = Callable[["StepRecord"], None]
+"""Called after each optimizer step with its record."""
+OnRollouts = Callable[[int, list[Trajectory]], None]
+"""Called after each optimizer step with the rollouts generated since the previous one (their step number first)."""
+
 EnvsFor = Callable[[TaskSpec], EnvFactory]
 """task → the environment factory of its group (default: ``local_envs`` over the configured apps)."""
 

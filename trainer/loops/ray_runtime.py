@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import ray
@@ -29,7 +29,8 @@ from trainer.loops.common import (
     CHECKPOINTS,
     EnvsFor,
     LoopHistory,
-    StepRecord,
+    OnRollouts,
+    OnStep,
     default_envs,
     engine_weights,
     evaluate_reward,
@@ -151,8 +152,9 @@ def run_on_ray(
     worlds_root: Path,
     config,
     out_dir: Path,
-    on_step: Callable[[StepRecord], None] | None = None,
+    on_step: OnStep | None = None,
     envs_for: EnvsFor | None = None,
+    on_rollouts: OnRollouts | None = None,
 ) -> LoopHistory:
     """``run_async_loop`` with the engine and the trainer as Ray actors (see the module docstring); ``envs_for``
     travels to the rollout actor by pickle."""
@@ -177,7 +179,9 @@ def run_on_ray(
         history = LoopHistory.resume(out_dir, "async", start)
         try:
             return asyncio.run(
-                run_async(RayRuntime(rollout, trainer, start), config, start, cursor, history, out_dir, on_step)
+                run_async(
+                    RayRuntime(rollout, trainer, start), config, start, cursor, history, out_dir, on_step, on_rollouts
+                )
             )
         finally:
             ray.get(rollout.close.remote())

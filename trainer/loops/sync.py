@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from envs.types import TaskSpec
@@ -29,6 +29,8 @@ from trainer.loops.common import (
     EnvsFor,
     LoopConfig,
     LoopHistory,
+    OnRollouts,
+    OnStep,
     StepRecord,
     default_envs,
     evaluate_reward,
@@ -38,8 +40,6 @@ from trainer.loops.common import (
     task_at,
 )
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
-
-OnStep = Callable[[StepRecord], None]
 
 
 class SyncLoopConfig(LoopConfig):
@@ -55,10 +55,14 @@ def run_sync_loop(
     on_step: OnStep | None = None,
     *,
     envs_for: EnvsFor | None = None,
+    on_rollouts: OnRollouts | None = None,
 ) -> LoopHistory:
     """Run (or resume) the loop up to ``config.steps``; see the module docstring. ``envs_for`` overrides the
-    environment factory per task (default: ``local_envs`` on a world copy under ``worlds_root``)."""
-    return asyncio.run(sync_loop(policy_dir, tasks, worlds_root, config, out_dir, on_step, envs_for=envs_for))
+    environment factory per task (default: ``local_envs`` on a world copy under ``worlds_root``); ``on_rollouts``
+    sees each step's rollouts."""
+    return asyncio.run(
+        sync_loop(policy_dir, tasks, worlds_root, config, out_dir, on_step, envs_for=envs_for, on_rollouts=on_rollouts)
+    )
 
 
 async def sync_loop(
@@ -70,6 +74,7 @@ async def sync_loop(
     on_step: OnStep | None = None,
     *,
     envs_for: EnvsFor | None = None,
+    on_rollouts: OnRollouts | None = None,
 ) -> LoopHistory:
     """``run_sync_loop`` for callers already inside an event loop."""
     selected = config.tasks.select(tasks)
@@ -106,6 +111,8 @@ async def sync_loop(
             flat = [t for group in groups for t in group]
             if not flat:
                 raise RuntimeError(f"step {step}: every rollout failed for infra or task reasons")
+            if on_rollouts is not None:
+                on_rollouts(step, flat)
             record = StepRecord(
                 step=step,
                 wall_s=0.0,

@@ -1,0 +1,132 @@
+"""``recipe run | stage | audit | report``: the gated pipeline from the command line.
+
+recipe run [--profile local] [--resume RUN] [--set KEY=VALUE ...] [--stop-after STAGE] [--runs-root runs]
+    validates the profile (every bad field at once, before anything runs), then runs the ``pipeline`` flow: the
+    seven stages in order, each gated; prints the stage table and the run folder. ``--resume RUN`` runs a run folder
+    again, reusing every stage that passed with the same inputs (``--set`` or ``--profile`` change the config; the
+    change is recorded in run.json). Exit 0 when every stage passed, 1 when a gate failed or a stage raised.
+recipe stage NAME --run RUN [--runs-root runs]
+    one stage flow on an existing run (the stages before it must have passed).
+recipe audit RUN [--runs-root runs]
+    the trail: per stage the status, attempt, timings, fingerprint, config hash, code version, gate criteria,
+    findings and artifact paths.
+recipe report RUN [--runs-root runs] [--out DIR]
+    report.md + report.html (plots inlined) in the run folder, from its manifests and catalog.
+
+Without PREFECT_API_URL the flows run against a temporary local Prefect server (about 20 s to start); with
+``recipe server`` running, set PREFECT_API_URL to watch the run in the UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+STAGES = ("derisk", "tito", "systems", "overfit", "ablations", "hero", "transfer")
+
+
+def print_stages(root: Path) -> None:
+    from tasks.run_store import RunStore
+
+    store = RunStore(root)
+    table = Table(title=f"run {store.run_id}")
+    for column in ("stage", "status", "seconds", "gate"):
+        table.add_column(column)
+    for m in store.manifests():
+        gate = m.gate or {}
+        failed = [c["name"] for c in gate.get("criteria", []) if not c["passed"]]
+        summary = "; ".join(failed) if failed else (f"{len(gate.get('criteria', []))} criteria held" if gate else "")
+        table.add_row(m.folder, m.status.value, f"{m.duration_s or 0:.0f}", summary or (m.error or "")[:80])
+    console.print(table)
+    console.print(f"run folder: {store.root.resolve()}  (recipe audit {store.run_id}; recipe report {store.run_id})")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows.config import StageName, load_profile
+
+    if args.resume is None:
+        load_profile(args.profile, args.set)  # fail fast, before Prefect starts, on a bad profile or override
+    from flows.pipeline import open_pipeline_run, pipeline
+
+    store, _ = open_pipeline_run(
+        None if args.resume and not args.profile_given else args.profile, args.resume, args.set, Path(args.runs_root)
+    )
+    state = pipeline(
+        profile=None,
+        resume=str(store.root),
+        stop_after=StageName(args.stop_after) if args.stop_after else None,
+        runs_root=args.runs_root,
+        return_state=True,
+    )
+    print_stages(store.root)
+    if not state.is_completed():
+        console.print(f"[red]{state.message}[/red]")
+        return 1
+    return 0
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from flows.config import StageName
+    from flows.pipeline import STAGE_FLOWS
+    from tasks.run_store import RunStore
+
+    store = RunStore.open(Path(args.runs_root), args.run)
+    state = STAGE_FLOWS[StageName(args.name)](run=str(store.root), runs_root=args.runs_root, return_state=True)
+    print_stages(store.root)
+    return 0 if state.is_completed() else 1
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from tasks.report import audit_lines
+    from tasks.run_store import RunStore
+
+    for line in audit_lines(RunStore.open(Path(args.runs_root), args.run)):
+        print(line)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tasks.report import write_report
+    from tasks.run_store import RunStore
+
+    files = write_report(RunStore.open(Path(args.runs_root), args.run), Path(args.out) if args.out else None)
+    console.print(f"wrote {files.markdown} and {files.html}")
+    return 0
+
+
+class _ProfileAction(argparse.Action):
+    """``--profile`` that remembers it was given (on resume, only a given profile replaces the stored config)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        namespace.profile, namespace.profile_given = values, True
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="the gated pipeline, end to end (or resumed)")
+    run.add_argument("--profile", default="local", action=_ProfileAction, help="profile name or YAML path")
+    run.add_argument("--resume", metavar="RUN", help="run id or folder to run again (passed stages are reused)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
+    run.add_argument("--stop-after", choices=STAGES, help="stop after this stage (when it passed)")
+    run.add_argument("--runs-root", default="runs")
+    run.set_defaults(handler=_run, profile_given=False)
+
+    stage = commands.add_parser("stage", help="one stage flow on an existing run")
+    stage.add_argument("name", choices=STAGES)
+    stage.add_argument("--run", required=True, help="run id or folder")
+    stage.add_argument("--runs-root", default="runs")
+    stage.set_defaults(handler=_stage)
+
+    audit = commands.add_parser("audit", help="the audit trail of a run")
+    audit.add_argument("run", help="run id or folder")
+    audit.add_argument("--runs-root", default="runs")
+    audit.set_defaults(handler=_audit)
+
+    report = commands.add_parser("report", help="report.md + report.html of a run")
+    report.add_argument("run", help="run id or folder")
+    report.add_argument("--runs-root", default="runs")
+    report.add_argument("--out", help="folder for the report (default: the run folder)")
+    report.set_defaults(handler=_report)

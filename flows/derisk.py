@@ -1,0 +1,126 @@
+"""Stage 1 · de-risk the environment: are the tasks valid, the tools sound, and is there anything to learn?
+
+1. The environment (worlds + tasks) and the base policy are prepared (the local profile bootstraps its tiny base,
+   cached by content hash).
+2. Every task's oracle and every tool probe run through the MCP gateway in pooled stdio sandboxes — with the
+   profile's known-bad variants, if any — and every call lands in the catalog.
+3. The base rolls out each train task ``rollout_samples`` times, through pooled gateway sandboxes serving its apps.
+4. DuckDB over the catalog: per tool, calls, failure rate on known-good calls, empty-on-success rate, timeouts, the
+   oracle pass rate of tasks that use it; top error signatures with advice; infra vs model errors; reward variance
+   per task.
+
+Gate: oracle ≥ 99 %, infra ≤ 2 %, no tool past its failure / empty / timeout threshold, and at least the overfit
+subset's size of train tasks with reward variance. Outputs: the policy, the data folder, the variance table.
+
+    recipe stage derisk --run RUN        (or as the first stage of ``recipe run``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+from prefect import flow
+
+from envs.build import load_tasks
+from envs.files import atomic_write_json
+from flows.config import StageName
+from flows.stage import DEFAULT_RUNS_ROOT, open_stage
+from flows.stage_gates import DeriskMeasured, derisk_gate
+from tasks import derisk as work
+from tasks.environment import prepare_environment, prepare_policy
+from tasks.plots import bar_chart
+from tasks.validation import TRAJECTORY_CHECK_SQL, Suite, task_frame, validate
+
+
+@flow(name="derisk", log_prints=True)
+def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
+    """Stage 1 · de-risk: oracles, probes and base rollouts through the gateway; per-tool failure analysis."""
+    with open_stage(run, StageName.DERISK, Path(runs_root)) as stage:
+        config, section, name = stage.config, stage.section, stage.stage.value
+        data = config.environment.data
+        with stage.timed("environment"):
+            prepare_environment(data, config.environment.seed)
+            everything = load_tasks(data)
+            validate(Suite.TASK_SET, task_frame(everything))
+        with stage.timed("policy"):
+            policy = prepare_policy(
+                config.policy.source.value,
+                data,
+                config.policy.bootstrap,
+                config.policy.cache,
+                config.policy.path,
+                config.policy.hub_id,
+            )
+        settings = stage.policy_settings(policy)
+        train, _ = stage.task_sets(settings)
+        checked = [t for t in everything if section.oracle_worlds is None or t.world_id in section.oracle_worlds]
+
+        with stage.timed("oracles"):
+            oracle = work.check_environment_task(
+                stage.catalog,
+                name,
+                checked,
+                data / "worlds",
+                section.oracle_transport,
+                config.sandbox.variants,
+                stage.stage.folder,
+            )
+        with stage.timed("base_rollouts"):
+            work.base_rollouts(
+                stage.catalog,
+                name,
+                Path(policy),
+                train,
+                data / "worlds",
+                settings,
+                stage.engine_settings(settings.harness.context_budget_tokens),
+                section.rollout_samples,
+                config.sandbox.pool_per_world,
+                config.sandbox.variants,
+                config.seed,
+                stage.stage.folder,
+            )
+            validate(Suite.TRAJECTORIES, stage.catalog.frame(TRAJECTORY_CHECK_SQL, [name]))
+
+        stats = work.tool_stats(stage.catalog, name)
+        errors = work.rollout_errors(stage.catalog, name)
+        variance = work.reward_variance(stage.catalog, name)
+        signatures = work.error_signatures(stage.catalog, name)
+        varied = [row for row in variance if row["spread"] > 0]
+        atomic_write_json(stage.dir / "tool_stats.json", [asdict(s) for s in stats])
+        atomic_write_json(stage.dir / "reward_variance.json", variance)
+        atomic_write_json(stage.dir / "error_signatures.json", signatures)
+        stage.plot(
+            "tool failure rates",
+            bar_chart(
+                stage.dir / "tool_failure_rates.png",
+                {s.tool: s.failure_rate or 0.0 for s in stats},
+                {s.tool: s.model_failure_rate or 0.0 for s in stats},
+                ("known-good calls (oracle, probes)", "base model's calls"),
+                "failure rate per tool",
+            ),
+        )
+        stage.output("policy", policy)
+        stage.output("data", str(data))
+        stage.output("variance_tasks", [row["task_id"] for row in varied])
+        stage.output("tool_stats", stage.dir / "tool_stats.json")
+        stage.output("reward_variance", stage.dir / "reward_variance.json")
+        measured = DeriskMeasured(
+            oracle_solved=oracle["solved"],
+            oracle_tasks=oracle["tasks"],
+            rollouts=errors["rollouts"],
+            infra_rate=errors["infra_rate"] or 0.0,
+            tool_stats=stats,
+            tasks_with_variance=len(varied),
+            metrics={
+                "oracle_solved": oracle["solved"],
+                "oracle_tasks": oracle["tasks"],
+                "probe_calls": oracle["probes"],
+                "train_tasks": len(train),
+                **{f"base_{key}": value for key, value in errors.items()},
+                "tasks_with_variance": len(varied),
+                "top_error_signatures": signatures[:5],
+            },
+        )
+        return stage.finish(derisk_gate(measured, section.thresholds, config.stages.overfit.subset_size))

@@ -1,0 +1,105 @@
+"""Stage 4 · overfit gate: can the training stack raise the reward on tasks it can learn from? (also the nightly job)
+
+1. The overfit subset: the ``subset_size`` train tasks whose base rollouts in the de-risk stage disagreed (non-zero
+   reward variance), most varied first.
+2. Before: the base's reward on the subset, ``eval_samples`` fresh rollouts per task (not the de-risk samples that
+   chose the subset: those would carry their selection bias).
+3. The synchronous loop on the subset with the tuned knobs (the profile's algorithm; RECIPE: batch 32 × 8 samples).
+4. After: the final checkpoint on the subset, the same way.
+
+Gate: the subset's mean reward rises by at least ``min_reward_gain`` within ``steps`` steps, and a one-sided paired
+t-test over the subset's tasks gives p < ``max_p_value``. Output: the trained policy folder.
+
+    recipe stage overfit --run RUN
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+
+from evals.compare import one_sided_paired_test
+from evals.runner import EvalResult, HarnessKind
+from evals.types import Metric
+from flows.config import StageName
+from flows.stage import DEFAULT_RUNS_ROOT, open_stage
+from flows.stage_gates import overfit_gate
+from tasks.evaluation import summary_metrics
+from tasks.plots import curves
+from tasks.training import LoopKind, loop_config
+from tasks.validation import Suite, validate
+
+
+@flow(name="overfit", log_prints=True)
+def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
+    """Stage 4 · overfit: the synchronous loop on the tasks with reward variance; the reward must rise, p < 0.01."""
+    with open_stage(run, StageName.OVERFIT, Path(runs_root)) as stage:
+        config, section, name = stage.config, stage.section, stage.stage.value
+        policy, settings = Path(stage.policy()), stage.policy_settings()
+        train_tasks, _ = stage.task_sets(settings)
+        by_id = {t.task_id: t for t in train_tasks}
+        varied = stage.upstream(StageName.DERISK).outputs["variance_tasks"]
+        subset = [by_id[task_id] for task_id in varied if task_id in by_id][: section.subset_size]
+        engine = stage.tuned_engine(settings.harness.context_budget_tokens)
+
+        def subset_eval(label: str, policy_dir: Path) -> EvalResult:
+            return stage.evaluate(
+                "subset", label, policy_dir, subset, HarnessKind.MCP, section.eval_samples, settings, engine
+            )
+
+        with stage.timed("before"):
+            before = subset_eval("base", policy)
+        loop = loop_config(
+            LoopKind.SYNC,
+            task_ids=[t.task_id for t in subset],
+            settings=settings,
+            trainer=stage.tuned_trainer(),
+            prompts_per_step=section.prompts_per_step,
+            samples_per_prompt=section.samples_per_prompt,
+            steps=section.steps,
+            seed=config.seed,
+            checkpoint_every=config.rollout.checkpoint_every,
+            max_num_seqs=engine.max_num_seqs,
+        )
+        with stage.timed("train"):
+            trained = stage.train("overfit", policy, subset, loop)
+        with stage.timed("after"):
+            after = subset_eval("trained", trained.policy)
+        validate(Suite.TRAIN_STEPS, stage.catalog.frame("SELECT * FROM train_steps WHERE stage = ?", [name]))
+        validate(Suite.EVAL_RESULTS, stage.catalog.frame("SELECT * FROM evals WHERE stage = ?", [name]))
+
+        gain, p_value = one_sided_paired_test(before.trial_results(), after.trial_results(), Metric.MEAN_REWARD)
+        steps = trained.history.steps
+        stage.plot(
+            "reward curve",
+            curves(
+                stage.dir / "reward_curve.png",
+                {"train reward (step's rollouts)": [(r.step, r.reward_mean) for r in steps]},
+                "mean reward",
+                f"overfit subset ({len(subset)} tasks)",
+            ),
+        )
+        stage.output("policy", trained.policy)
+        stage.output("subset", [t.task_id for t in subset])
+        metrics = {
+            "subset_tasks": len(subset),
+            "steps": len(steps),
+            "reward_before": before.summary.mean_reward.mean,
+            "reward_after": after.summary.mean_reward.mean,
+            "gain": gain,
+            "p_value": p_value,
+            "train_wall_s": trained.history.wall_s,
+            **summary_metrics("before", before),
+            **summary_metrics("after", after),
+        }
+        report = overfit_gate(
+            before.summary.mean_reward.mean,
+            after.summary.mean_reward.mean,
+            gain,
+            p_value,
+            len(steps),
+            section.thresholds,
+            metrics,
+        )
+        return stage.finish(report)

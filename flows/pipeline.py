@@ -1,0 +1,125 @@
+"""The recipe as one gated pipeline: de-risk → TITO → systems → overfit → ablations → hero → transfer.
+
+``pipeline`` opens (or resumes) a run folder, then calls the stage flows in order with ``return_state=True``. A stage
+that already passed with the same inputs (``flows.stage.is_current``: its fingerprint) is reused, not run again; the
+first stage that does not pass ends the pipeline — as ``Failed(name="GateFailed")`` when its gate did not hold, or
+as the stage's own failure — and the stages after it are recorded as ``skipped``.
+
+Resume: ``recipe run --resume RUN`` (or ``pipeline(resume=RUN)``) runs the same folder again, with the run's stored
+config, or with a changed one (``--profile``/``--set``: the change is recorded in ``run.json``). A retry of a failed
+pipeline flow run from the Prefect UI resumes too: without ``resume``, the run id is derived from the flow run's id,
+which a retry keeps.
+
+    recipe run --profile local                      # make demo
+    recipe run --resume local-20261130-1402-ab12 --set stages.overfit.thresholds.min_reward_gain=0.05
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+from prefect.states import Failed, State
+
+from flows.ablations import ablations
+from flows.config import RecipeConfig, StageName, apply_overrides, load_profile, validate_config
+from flows.derisk import derisk
+from flows.hero import hero
+from flows.overfit import overfit
+from flows.stage import DEFAULT_RUNS_ROOT, is_current
+from flows.systems import systems
+from flows.tito import tito
+from flows.transfer import transfer
+from tasks.artifacts import log, publish_table
+from tasks.run_store import RunStore, StageManifest, StageStatus, now
+
+STAGE_FLOWS = {
+    StageName.DERISK: derisk,
+    StageName.TITO: tito,
+    StageName.SYSTEMS: systems,
+    StageName.OVERFIT: overfit,
+    StageName.ABLATIONS: ablations,
+    StageName.HERO: hero,
+    StageName.TRANSFER: transfer,
+}
+
+
+def open_pipeline_run(
+    profile: str | None, resume: str | None, overrides: list[str], runs_root: Path, run_id: str | None = None
+) -> tuple[RunStore, RecipeConfig]:
+    """A new run folder for ``profile``, or the run ``resume`` (or ``run_id``, when it exists) with any config
+    change recorded. The config is validated before anything is written."""
+    if resume is None and run_id is not None and RunStore.exists(runs_root, run_id):
+        resume = run_id
+    if resume is not None:
+        store = RunStore.open(runs_root, resume)
+        stored = store.info().config
+        if profile is not None:
+            config = load_profile(profile, overrides)
+            reason = f"resumed with profile {profile}" + (f" and {overrides}" if overrides else "")
+        else:
+            config = validate_config(apply_overrides(stored, overrides), f"{store.root}/run.json with {overrides}")
+            reason = f"resumed with {overrides}"
+        store.update_config(config.model_dump(mode="json"), config.digest(), reason)
+        return store, config
+    config = load_profile(profile or "local", overrides)
+    store = RunStore.create(config.runs_root, config.profile, config.model_dump(mode="json"), config.digest(), run_id)
+    return store, config
+
+
+def _skip(store: RunStore, stages: list[StageName], reason: str) -> None:
+    for stage in stages:
+        store.write_manifest(
+            StageManifest(
+                stage=stage.value, folder=stage.folder, status=StageStatus.SKIPPED, finished_at=now(), error=reason
+            )
+        )
+
+
+def _default_run_id(profile: str | None) -> str | None:
+    """``<profile>-<flow run id>``: a retry of the same flow run finds (and resumes) the same folder."""
+    run_id = flow_run.get_id()
+    return f"{profile or 'local'}-{run_id[:8]}" if run_id else None
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline(
+    profile: str | None = "local",
+    resume: str | None = None,
+    overrides: list[str] | None = None,
+    stop_after: StageName | None = None,
+    runs_root: str = str(DEFAULT_RUNS_ROOT),
+) -> dict[str, Any] | State:
+    """The seven gated stages in order; stops at the first that does not pass (see the module docstring)."""
+    store, config = open_pipeline_run(
+        profile, resume, overrides or [], Path(runs_root), None if resume else _default_run_id(profile)
+    )
+    root = str(store.root)
+    log("run %s (%s) in %s", store.run_id, config.profile, root)
+    outcome: dict[str, str] = {}
+    stages = list(StageName)
+    for position, stage in enumerate(stages):
+        if is_current(store, config, stage):
+            outcome[stage.value] = "reused"
+            log("%s: passed before with the same inputs; reused", stage.folder)
+        else:
+            state = STAGE_FLOWS[stage](run=root, runs_root=runs_root, return_state=True)
+            outcome[stage.value] = state.name or str(state.type)
+            if not state.is_completed():
+                _skip(store, stages[position + 1 :], f"stage {stage.value} did not pass")
+                publish_table("0-pipeline", "stages", _rows(store), f"run {store.run_id}")
+                name = "GateFailed" if state.name == "GateFailed" else "Failed"
+                return Failed(name=name, message=f"run {store.run_id}: stage {stage.value}: {state.message}")
+        if stage == stop_after:
+            break
+    publish_table("0-pipeline", "stages", _rows(store), f"run {store.run_id}")
+    return {"run_id": store.run_id, "run": root, "stages": outcome}
+
+
+def _rows(store: RunStore) -> list[dict[str, Any]]:
+    return [
+        {"stage": m.folder, "status": m.status.value, "duration_s": m.duration_s, "attempt": m.attempt}
+        for m in store.manifests()
+    ]

@@ -1,0 +1,304 @@
+"""What every stage flow does around its own work: open the run, record the manifest, publish the gate, end the state.
+
+    @flow(name="overfit")
+    def overfit(run: str) -> dict:
+        with open_stage(run, StageName.OVERFIT) as stage:
+            ...                                   # the stage's own tasks, reading stage.config / stage.upstream(...)
+            return stage.finish(report)           # dict of the passed report, or Failed(name="GateFailed")
+
+``open_stage`` checks the earlier stages passed, marks the manifest ``running``, deletes the stage's old catalog rows
+(it is running again) and, if the body raises, records ``error`` with the message before re-raising (a plain
+``Failed``). ``finish`` writes ``gate.md``, the gate rows in the catalog, the manifest (``passed`` or
+``gate_failed``, metrics, outputs, timings) and the keyed artifacts.
+
+A stage's **fingerprint** hashes what it depends on — the shared config sections, its own section, and the earlier
+stages' fingerprints — so a resumed pipeline reuses a passed stage exactly when nothing it depends on changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from prefect.states import Failed, State
+
+from envs.errors import RecipeError
+from envs.files import atomic_write_text
+from envs.harness.policy import PolicyHarness
+from envs.types import TaskSpec
+from evals.runner import EvalResult, HarnessKind
+from flows.config import RecipeConfig, StageName, section_digest, validate_config
+from flows.gates import GateFailed, GateReport
+from tasks.artifacts import log, publish_files, publish_markdown, publish_table
+from tasks.catalog import Catalog
+from tasks.engine import EngineSettings
+from tasks.environment import policy_harness, task_sets
+from tasks.evaluation import evaluate
+from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
+from tasks.training import TrainResult, train
+from trainer.algorithms.config import AlgorithmConfig
+from trainer.local import Layout, TrainerConfig
+from trainer.loops.common import LoopConfig
+
+SHARED_SECTIONS = (
+    "seed",
+    "environment",
+    "policy",
+    "tasks",
+    "backends",
+    "engine",
+    "judge",
+    "sandbox",
+    "harness",
+    "trainer",
+    "rollout",
+    "cluster",
+)
+"""Config sections every stage depends on; its own ``stages.<name>`` section is added per stage."""
+DEFAULT_RUNS_ROOT = Path("runs")
+
+
+class StageOrderError(RecipeError, RuntimeError):
+    """A stage was asked to run before the stages it builds on passed."""
+
+
+def stage_fingerprint(config: RecipeConfig, stage: StageName, store: RunStore) -> str:
+    """Hash of the shared sections, the stage's own section and the fingerprints of the stages before it."""
+    dumped = config.model_dump(mode="json")
+    upstream = []
+    for earlier in list(StageName)[: stage.index - 1]:
+        manifest = store.manifest(earlier.folder)
+        upstream.append(manifest.fingerprint if manifest else None)
+    return section_digest(
+        {
+            "shared": {name: dumped[name] for name in SHARED_SECTIONS},
+            "stage": dumped["stages"][stage.value],
+            "upstream": upstream,
+        }
+    )
+
+
+def is_current(store: RunStore, config: RecipeConfig, stage: StageName) -> bool:
+    """The stage passed with the inputs the current config gives: a resume reuses it."""
+    manifest = store.manifest(stage.folder)
+    return (
+        manifest is not None
+        and manifest.status is StageStatus.PASSED
+        and manifest.fingerprint == stage_fingerprint(config, stage, store)
+    )
+
+
+@dataclass
+class StageRun:
+    """One running stage: its config, run folder, catalog and the manifest being filled."""
+
+    stage: StageName
+    config: RecipeConfig
+    store: RunStore
+    catalog: Catalog
+    manifest: StageManifest
+    started: float = field(default_factory=time.perf_counter)
+    plots: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def dir(self) -> Path:
+        return self.store.stage_dir(self.stage.folder)
+
+    @property
+    def section(self) -> Any:
+        return self.config.stage(self.stage)
+
+    def upstream(self, stage: StageName) -> StageManifest:
+        manifest = self.store.manifest(stage.folder)
+        if manifest is None or manifest.status is not StageStatus.PASSED:
+            raise StageOrderError(f"stage {self.stage.value} needs stage {stage.value} to have passed first")
+        return manifest
+
+    def upstream_path(self, stage: StageName, output: str) -> Path:
+        """A path another stage recorded in its outputs (relative to the run folder)."""
+        value = self.upstream(stage).outputs.get(output)
+        if not isinstance(value, str):
+            raise StageOrderError(f"stage {stage.value} recorded no output {output!r} (re-run it)")
+        return self.store.path(value)
+
+    def output(self, name: str, value: Any) -> None:
+        """Record an output: a path (stored relative to the run folder) or a small JSON value."""
+        self.manifest.outputs[name] = self.store.relative(value) if isinstance(value, Path) else value
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        tick = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.manifest.timings[name] = round(time.perf_counter() - tick, 2)
+            log("%s: %s took %.1f s", self.stage.folder, name, self.manifest.timings[name])
+
+    def engine_settings(self, max_model_len: int) -> EngineSettings:
+        """The run's engine backend (local engine, or the configured URL) for a policy with this context."""
+        engine = self.config.engine
+        return EngineSettings(
+            max_model_len=max_model_len,
+            max_num_seqs=engine.max_num_seqs,
+            compile=engine.compile,
+            url=engine.url,
+            served_model_name=engine.served_model_name,
+            timeout_s=engine.timeout_s,
+        )
+
+    def policy(self) -> str:
+        """The base policy (folder or hub id) the de-risk stage prepared."""
+        return str(self.upstream(StageName.DERISK).outputs["policy"])
+
+    def policy_settings(self, policy: str | None = None) -> PolicyHarness:
+        """The harness every rollout of ``policy`` (default: the base) uses in this run."""
+        return policy_harness(policy or self.policy(), self.config.harness)
+
+    def task_sets(self, settings: PolicyHarness) -> tuple[list[TaskSpec], list[TaskSpec]]:
+        """(train, held-out) tasks of the run for a policy with these harness settings."""
+        config = self.config
+        selection = config.tasks
+        return task_sets(
+            config.environment.data, selection.tiers, settings.apps, selection.policy_apps_only, selection.limit
+        )
+
+    def knobs(self) -> dict[str, Any]:
+        """The systems stage's chosen knobs (token budget, layout, engine sequences, workers)."""
+        return dict(self.upstream(StageName.SYSTEMS).outputs["knobs"])
+
+    def tuned_trainer(self, algorithm: dict[str, Any] | None = None) -> TrainerConfig:
+        """The profile's trainer with the systems stage's knobs (and ``algorithm`` changes, e.g. an ablation arm)."""
+        knobs = self.knobs()
+        update: dict[str, Any] = {"token_budget": knobs["token_budget"], "layout": Layout(knobs["layout"])}
+        if algorithm:
+            update["algorithm"] = AlgorithmConfig(**self.config.trainer.algorithm.model_dump() | algorithm)
+        return self.config.trainer.model_copy(update=update)
+
+    def tuned_engine(self, max_model_len: int) -> EngineSettings:
+        """``engine_settings`` with the systems stage's concurrent sequences."""
+        settings = self.engine_settings(max_model_len)
+        return replace(settings, max_num_seqs=int(self.knobs()["max_num_seqs"]))
+
+    def work_dir(self, name: str) -> Path:
+        """A folder of this stage for ``name`` that is new whenever the stage's inputs change (its fingerprint),
+        so a re-run after a kill resumes its checkpoints while a re-run after a config change starts afresh."""
+        return self.dir / f"{name}-{self.manifest.fingerprint[:8]}"
+
+    @property
+    def worlds(self) -> Path:
+        return self.config.environment.data / "worlds"
+
+    def train(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainResult:
+        """The ``train`` task for this stage: its catalog, its work folder ``train-<label>``, its progress key."""
+        out = self.work_dir(f"train-{label}")
+        return train(self.catalog, self.stage.value, label, policy, tasks, self.worlds, loop, out, self.stage.folder)
+
+    def evaluate(
+        self,
+        suite: str,
+        label: str,
+        policy: Path,
+        tasks: Sequence[TaskSpec] | None,
+        harness: HarnessKind,
+        passes: int,
+        settings: PolicyHarness,
+        engine: EngineSettings,
+    ) -> EvalResult:
+        """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds)."""
+        out = self.work_dir(f"eval-{suite}-{label}")
+        return evaluate(
+            self.catalog, self.stage.value, suite, label, policy, tasks, self.worlds, harness, passes, settings,
+            engine, out, self.config.seed + 1,
+        )  # fmt: skip
+
+    def plot(self, name: str, path: Path) -> None:
+        self.plots[name] = path
+
+    def finish(self, report: GateReport) -> dict[str, Any] | State:
+        """Record the verdict everywhere; the report's dict when it passed, a ``GateFailed`` state when not."""
+        report = report.model_copy(
+            update={"artifacts": {**report.artifacts, **{k: self.store.relative(p) for k, p in self.plots.items()}}}
+        )
+        gate_md = self.dir / "gate.md"
+        atomic_write_text(gate_md, report.markdown())
+        self.catalog.append(
+            "gates",
+            [
+                {"stage": self.stage.value, "criterion": c.name, "measured": c.measured, "op": str(c.op)}
+                | {"threshold": c.threshold, "passed": c.passed, "detail": c.detail}
+                for c in report.criteria
+            ],
+        )
+        status = StageStatus.PASSED if report.passed else StageStatus.GATE_FAILED
+        self._close(status, gate=report.model_dump(mode="json"), metrics=report.metrics)
+        folder = self.stage.folder
+        publish_markdown(folder, "gate", report.markdown(), report.summary())
+        publish_table(folder, "metrics", _metric_rows(report.metrics), f"{self.stage.value}: what the stage measured")
+        publish_files(folder, self.store.root, {"gate report": gate_md, **self.plots})
+        log("%s", report.summary())
+        if report.passed:
+            return report.model_dump(mode="json")
+        return Failed(name="GateFailed", message=report.summary(), data=GateFailed(report.model_dump_json()))
+
+    def _close(self, status: StageStatus, **fields: Any) -> None:
+        finished = now()
+        self.manifest = self.manifest.model_copy(
+            update={
+                "status": status,
+                "finished_at": finished,
+                "duration_s": round(time.perf_counter() - self.started, 2),
+                **fields,
+            }
+        )
+        self.store.write_manifest(self.manifest)
+
+
+def _metric_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"metric": k, "value": v} for k, v in metrics.items() if isinstance(v, int | float | str | bool)]
+
+
+def open_run(run: str, runs_root: Path = DEFAULT_RUNS_ROOT) -> tuple[RunStore, RecipeConfig]:
+    store = RunStore.open(runs_root, run)
+    return store, validate_config(store.info().config, str(store.root / "run.json"))
+
+
+@contextmanager
+def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) -> Iterator[StageRun]:
+    """Run one stage of ``run`` (an id under ``runs_root`` or a path); see the module docstring."""
+    store, config = open_run(run, runs_root)
+    for earlier in list(StageName)[: stage.index - 1]:
+        manifest = store.manifest(earlier.folder)
+        if manifest is None or manifest.status is not StageStatus.PASSED:
+            state = manifest.status.value if manifest else "not run"
+            raise StageOrderError(
+                f"stage {stage.value} needs stage {earlier.value} to have passed first (it is {state}); "
+                f"run it: recipe stage {earlier.value} --run {store.run_id}"
+            )
+    previous = store.manifest(stage.folder)
+    manifest = StageManifest(
+        stage=stage.value,
+        folder=stage.folder,
+        status=StageStatus.RUNNING,
+        fingerprint=stage_fingerprint(config, stage, store),
+        config_hash=config.digest(),
+        code_version=code_version(),
+        attempt=previous.attempt + 1 if previous else 1,
+        started_at=now(),
+    )
+    store.write_manifest(manifest)
+    catalog = Catalog(store.catalog_path)
+    catalog.clear_stage(stage.value)
+    running = StageRun(stage, config, store, catalog, manifest)
+    log("%s: started (run %s, attempt %d)", stage.folder, store.run_id, manifest.attempt)
+    try:
+        yield running
+    except BaseException as error:
+        running._close(StageStatus.ERROR, error=f"{type(error).__name__}: {error}"[:2000])
+        raise
+    if running.manifest.status is StageStatus.RUNNING:
+        running._close(StageStatus.ERROR, error="the stage ended without a gate report")
+        raise RuntimeError(f"stage {stage.value} ended without calling finish(report)")

@@ -1,0 +1,209 @@
+"""Each stage's gate as a pure function: what the stage measured + the profile's thresholds → ``GateReport``.
+
+No Prefect, no I/O: the stage flows measure, these functions judge, and the tests feed them hand-made numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs.diagnostics import ToolStats, ToolThresholds, tool_findings
+from evals.types import Comparison, Verdict
+from flows.config import (
+    DeriskThresholds,
+    HeroThresholds,
+    OverfitThresholds,
+    StageName,
+    SystemsThresholds,
+    TitoThresholds,
+    TransferThresholds,
+)
+from flows.gates import Finding, GateCriterion, GateReport, Op, check
+
+
+def _worst(stats: Sequence[ToolStats], rate: str) -> tuple[float | None, str]:
+    """The highest ``rate`` over tools that have it, and which tool; (0.0, "") when none has it."""
+    rated = [(getattr(s, rate), s.tool) for s in stats if getattr(s, rate) is not None]
+    return max(rated) if rated else (0.0, "")
+
+
+# --- 1 · de-risk -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeriskMeasured:
+    oracle_solved: int
+    oracle_tasks: int
+    rollouts: int
+    infra_rate: float
+    tool_stats: list[ToolStats]
+    tasks_with_variance: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> GateReport:
+    """Oracle ≥ threshold, infra ≤ threshold, no tool past its failure / empty / timeout threshold, and enough tasks
+    with reward variance for the overfit subset. Every tool past a threshold becomes a finding with its advice."""
+    failure, failing_tool = _worst(m.tool_stats, "failure_rate")
+    empty, empty_tool = _worst(m.tool_stats, "empty_rate")
+    timeout, slow_tool = _worst(m.tool_stats, "timeout_rate")
+    oracle_rate = m.oracle_solved / m.oracle_tasks if m.oracle_tasks else None
+    criteria = [
+        check("oracle pass rate", oracle_rate, Op.GE, t.min_oracle_pass_rate, f"{m.oracle_solved}/{m.oracle_tasks}"),
+        check("infra error rate (base rollouts)", m.infra_rate if m.rollouts else None, Op.LE, t.max_infra_error_rate),
+        check("worst tool failure rate, known-good calls", failure, Op.LE, t.max_tool_failure_rate, failing_tool),
+        check("worst tool empty-on-success rate", empty, Op.LE, t.max_tool_empty_rate, empty_tool),
+        check("worst tool timeout rate", timeout, Op.LE, t.max_tool_timeout_rate, slow_tool),
+        check("train tasks with reward variance", m.tasks_with_variance, Op.GE, subset_size, "the overfit subset size"),
+    ]
+    thresholds = ToolThresholds(
+        max_failure_rate=t.max_tool_failure_rate,
+        max_empty_rate=t.max_tool_empty_rate,
+        max_timeout_rate=t.max_tool_timeout_rate,
+        min_oracle_pass_rate=t.min_oracle_pass_rate,
+    )
+    findings = [
+        Finding(subject=f.tool, problem=f.problem, advice=f.advice, rate=f.rate)
+        for f in tool_findings(m.tool_stats, thresholds)
+    ]
+    return GateReport.build(StageName.DERISK, criteria, findings, m.metrics)
+
+
+# --- 2 · TITO --------------------------------------------------------------------------------------------------------
+
+
+def tito_gate(
+    misalignments: int, multi_call_rollouts: int, drift_rate: float, t: TitoThresholds, examples: Sequence[str] = ()
+) -> GateReport:
+    criteria = [
+        check("TITO misalignments", misalignments, Op.LE, t.max_misalignments, "; ".join(examples[:3])),
+        check("rollouts with ≥ 2 tool calls checked", multi_call_rollouts, Op.GE, t.min_multi_call_rollouts),
+    ]
+    findings = []
+    if drift_rate > 0:
+        findings.append(
+            Finding(
+                subject="chat-completions harness",
+                problem=f"{drift_rate:.1%} of sampled turns would re-tokenise to other ids",
+                advice="keep token-in/token-out rollouts (this harness); never train on re-rendered chat text",
+                rate=drift_rate,
+            )
+        )
+    metrics = {"misalignments": misalignments, "multi_call_rollouts": multi_call_rollouts, "drift_rate": drift_rate}
+    return GateReport.build(StageName.TITO, criteria, findings, metrics)
+
+
+# --- 3 · systems -----------------------------------------------------------------------------------------------------
+
+
+def systems_gate(
+    logprob_mismatch: float | None,
+    idle_share: float | None,
+    plan_bytes: int,
+    t: SystemsThresholds,
+    chosen: str,
+    metrics: dict[str, Any],
+) -> GateReport:
+    criteria = [
+        check("train-inference mean |Δ logprob|", logprob_mismatch, Op.LT, t.max_logprob_mismatch),
+        check("trainer idle share (chosen knobs)", idle_share, Op.LE, t.max_trainer_idle_share, chosen),
+        check("plan memory (GiB)", plan_bytes / 2**30, Op.LE, t.memory_budget_gib, "weights + optimizer + KV cache"),
+    ]
+    return GateReport.build(StageName.SYSTEMS, criteria, metrics=metrics)
+
+
+# --- 4 · overfit -----------------------------------------------------------------------------------------------------
+
+
+def overfit_gate(
+    before: float, after: float, gain: float, p_value: float, steps: int, t: OverfitThresholds, metrics: dict[str, Any]
+) -> GateReport:
+    detail = f"{before:.3f} → {after:.3f} in {steps} steps"
+    criteria = [
+        check("subset reward gain", gain, Op.GE, t.min_reward_gain, detail),
+        check("one-sided p (paired over tasks)", p_value, Op.LT, t.max_p_value),
+    ]
+    return GateReport.build(StageName.OVERFIT, criteria, metrics=metrics)
+
+
+# --- 5 · ablations ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    name: str
+    finished: bool
+    comparison: Comparison | None
+    """Against the baseline arm (None for the baseline itself, or for an arm that did not finish)."""
+    mean: float | None = None
+    se: float | None = None
+
+
+def landed_arm(arms: Sequence[ArmResult], baseline: str, prior: str) -> tuple[str, str]:
+    """(landed arm, the rule's reason). Rule: among arms whose paired CI vs the baseline lies above 0 (gain), the
+    largest mean gain; with no gain beyond noise, the recipe's landed arm (``prior``) unless it is a loss; failing
+    that, the baseline. Noise alone never moves the landed config away from the published evidence."""
+    gains = [a for a in arms if a.comparison is not None and a.comparison.verdict is Verdict.GAIN]
+    if gains:
+        best = max(gains, key=lambda a: a.comparison.mean_diff)  # type: ignore[union-attr]
+        return best.name, f"{best.name} is the largest gain beyond noise over {baseline}"
+    by_name = {a.name: a for a in arms}
+    prior_arm = by_name.get(prior)
+    if prior_arm is not None and prior_arm.comparison is not None and prior_arm.comparison.verdict is not Verdict.LOSS:
+        return prior, f"no arm beats {baseline} beyond noise; the recipe's landed arm {prior} is not a loss"
+    return baseline, f"no arm beats {baseline} beyond noise and {prior} is a loss (or did not finish): keep {baseline}"
+
+
+def ablations_gate(arms: Sequence[ArmResult], landed: str, reason: str, metrics: dict[str, Any]) -> GateReport:
+    finished = sum(a.finished for a in arms)
+    criteria: list[GateCriterion] = [
+        check("arms finished", finished, Op.EQ, len(arms), ", ".join(a.name for a in arms if not a.finished)),
+        check("landed config chosen by the rule", 1.0, Op.EQ, 1.0, f"{landed}: {reason}"),
+    ]
+    findings = [
+        Finding(
+            subject=a.name,
+            problem=f"{a.comparison.verdict.value}: Δ {a.comparison.mean_diff:+.3f} "
+            f"[{a.comparison.ci_low:+.3f}, {a.comparison.ci_high:+.3f}]",
+            advice="keep" if a.name == landed else "not landed",
+        )
+        for a in arms
+        if a.comparison is not None
+    ]
+    return GateReport.build(StageName.ABLATIONS, criteria, findings, metrics)
+
+
+# --- 6 · hero --------------------------------------------------------------------------------------------------------
+
+
+def hero_gate(comparison: Comparison, steps: int, t: HeroThresholds, metrics: dict[str, Any]) -> GateReport:
+    c = comparison
+    detail = (
+        f"base {c.baseline_mean:.3f} → trained {c.candidate_mean:.3f}, Δ {c.mean_diff:+.3f} "
+        f"[{c.ci_low:+.3f}, {c.ci_high:+.3f}] ({c.confidence:.0%} paired bootstrap over {c.n_tasks} tasks)"
+    )
+    criteria = [
+        check("held-out Pass@1 gain, CI low end", c.ci_low, Op.GT, t.min_ci_low, detail),
+        check("optimizer steps run", steps, Op.GE, 1),
+    ]
+    return GateReport.build(StageName.HERO, criteria, metrics=metrics)
+
+
+# --- 7 · transfer ----------------------------------------------------------------------------------------------------
+
+
+def transfer_gate(suites: dict[str, Comparison], t: TransferThresholds, metrics: dict[str, Any]) -> GateReport:
+    """No suite regresses beyond noise: each paired CI's high end stays at or above −max_regression."""
+    criteria = [
+        check(
+            f"{name}: trained − base, CI high end",
+            c.ci_high,
+            Op.GE,
+            -t.max_regression,
+            f"{c.baseline_mean:.3f} → {c.candidate_mean:.3f} ({c.verdict.value})",
+        )
+        for name, c in suites.items()
+    ]
+    return GateReport.build(StageName.TRANSFER, criteria, metrics=metrics)

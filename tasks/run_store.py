@@ -1,0 +1,236 @@
+"""The run store: one folder per pipeline run, holding everything a later reader needs to audit it.
+
+Layout (DESIGN "Run store")::
+
+    runs/<run_id>/
+        run.json                 RunInfo: profile, config (JSON), config hash, code version, host, resumes
+        catalog.duckdb           trajectories, turns, tool calls, train steps, evals, gates (``tasks.catalog``)
+        <n>-<stage>/manifest.json  StageManifest: status, fingerprint, inputs, outputs, metrics, gate, timings
+        <n>-<stage>/...          what the stage wrote: gate.md, plots, checkpoints, outputs named in the manifest
+
+Every file is written atomically (``envs.files``). The store is generic JSON: it knows stage folder names but not
+the config's or the gate's types, which live in ``flows`` (tasks never import flows). A stage whose manifest says
+``passed`` with the fingerprint the current config gives is reused on resume instead of run again.
+
+    store = RunStore.create(Path("runs"), "local", config_json)
+    store.write_manifest(StageManifest(stage="derisk", folder="1-derisk", status=StageStatus.RUNNING, ...))
+    RunStore.open(Path("runs"), store.run_id).manifest("1-derisk")
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import secrets
+import subprocess
+import time
+from datetime import UTC, datetime
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envs.errors import RecipeError
+from envs.files import atomic_write_text
+
+M = TypeVar("M", bound="BaseModel")
+
+RUN_FILE = "run.json"
+MANIFEST_FILE = "manifest.json"
+CATALOG_FILE = "catalog.duckdb"
+GIT_TIMEOUT_S = 10.0
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+class RunStoreError(RecipeError, ValueError):
+    """A run folder that is missing or damaged; the message names the file."""
+
+
+class StageStatus(StrEnum):
+    RUNNING = "running"
+    PASSED = "passed"
+    GATE_FAILED = "gate_failed"  # ran to the end, the gate did not hold
+    ERROR = "error"  # raised (a bug or an input to fix)
+    SKIPPED = "skipped"  # an earlier stage did not pass
+
+
+class CodeVersion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    commit: str | None
+    """git HEAD of the checkout (None outside a git checkout)."""
+    dirty: bool
+    """Uncommitted changes to tracked files at run time."""
+    package: str
+
+
+def _git(*args: str, cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_version(source: Path = SOURCE_ROOT) -> CodeVersion:
+    """The commit and dirty flag of the checkout the code runs from (provenance in every manifest)."""
+    commit = _git("rev-parse", "HEAD", cwd=source)
+    status = _git("status", "--porcelain", "--untracked-files=no", cwd=source) if commit else None
+    try:
+        package = metadata.version("rl-recipe")
+    except metadata.PackageNotFoundError:
+        package = "unknown"
+    return CodeVersion(commit=commit, dirty=bool(status), package=package)
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class ConfigChange(BaseModel):
+    at: str
+    config_hash: str
+    reason: str
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    profile: str
+    created_at: str
+    config: dict[str, Any]
+    config_hash: str
+    code_version: CodeVersion
+    host: str = Field(default_factory=platform.node)
+    python: str = Field(default_factory=platform.python_version)
+    history: list[ConfigChange] = Field(default_factory=list)
+    """Config changes on resume (e.g. a threshold fixed), oldest first."""
+
+
+class StageManifest(BaseModel):
+    """One stage's record; rewritten as it starts and when it ends."""
+
+    stage: str
+    folder: str
+    status: StageStatus
+    fingerprint: str = ""
+    """Hash of what the stage depends on (its config sections and the earlier stages' fingerprints)."""
+    config_hash: str = ""
+    code_version: CodeVersion | None = None
+    attempt: int = 1
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_s: float | None = None
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    """Name → path (relative to the run folder) or small JSON value, for the next stages and the audit."""
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    gate: dict[str, Any] | None = None
+    """The stage's gate report (``flows.gates.GateReport`` as JSON)."""
+    timings: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
+
+
+def new_run_id(profile: str) -> str:
+    return f"{profile}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """One run folder; see the module docstring."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / CATALOG_FILE
+
+    @classmethod
+    def create(
+        cls, runs_root: Path, profile: str, config: dict[str, Any], config_hash: str, run_id: str | None = None
+    ) -> RunStore:
+        """A new run folder with its ``run.json`` (``run_id`` defaults to ``<profile>-<time>-<random>``)."""
+        store = cls(runs_root / (run_id or new_run_id(profile)))
+        if (store.root / RUN_FILE).exists():
+            raise RunStoreError(f"{store.root} already holds a run; resume it (recipe run --resume {store.run_id})")
+        info = RunInfo(
+            run_id=store.run_id,
+            profile=profile,
+            created_at=now(),
+            config=config,
+            config_hash=config_hash,
+            code_version=code_version(),
+        )
+        store.write_info(info)
+        return store
+
+    @classmethod
+    def open(cls, runs_root: Path, run: str) -> RunStore:
+        """An existing run by id (under ``runs_root``) or by path."""
+        candidates = [Path(run), runs_root / run]
+        for root in candidates:
+            if (root / RUN_FILE).is_file():
+                return cls(root)
+        raise RunStoreError(f"no run {run!r}: neither {candidates[0]} nor {candidates[1]} holds a {RUN_FILE}")
+
+    @classmethod
+    def exists(cls, runs_root: Path, run: str) -> bool:
+        return (runs_root / run / RUN_FILE).is_file() or (Path(run) / RUN_FILE).is_file()
+
+    def info(self) -> RunInfo:
+        return _read_model(self.root / RUN_FILE, RunInfo)
+
+    def write_info(self, info: RunInfo) -> None:
+        atomic_write_text(self.root / RUN_FILE, info.model_dump_json(indent=2) + "\n")
+
+    def update_config(self, config: dict[str, Any], config_hash: str, reason: str) -> RunInfo:
+        """Record a config change made on resume; a no-op when the hash is unchanged."""
+        info = self.info()
+        if info.config_hash == config_hash:
+            return info
+        change = ConfigChange(at=now(), config_hash=config_hash, reason=reason)
+        updated = info.model_copy(
+            update={"config": config, "config_hash": config_hash, "history": [*info.history, change]}
+        )
+        self.write_info(updated)
+        return updated
+
+    def stage_dir(self, folder: str) -> Path:
+        path = self.root / folder
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def manifest(self, folder: str) -> StageManifest | None:
+        path = self.root / folder / MANIFEST_FILE
+        return _read_model(path, StageManifest) if path.is_file() else None
+
+    def write_manifest(self, manifest: StageManifest) -> None:
+        atomic_write_text(self.stage_dir(manifest.folder) / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
+
+    def manifests(self) -> list[StageManifest]:
+        """Every stage manifest, in stage order (folder names start with the stage's index)."""
+        found = sorted(self.root.glob(f"*/{MANIFEST_FILE}"), key=lambda p: int(p.parent.name.split("-", 1)[0]))
+        return [_read_model(path, StageManifest) for path in found]
+
+    def relative(self, path: Path) -> str:
+        """``path`` relative to the run folder (manifests store relative paths, so a run folder can move)."""
+        return str(Path(path).resolve().relative_to(self.root.resolve()))
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative
+
+
+def _read_model(path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise RunStoreError(f"{path} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RunStoreError(f"{path} is not valid JSON: {error}") from None
+    except ValidationError as error:
+        raise RunStoreError(f"{path} is not a {model.__name__}: {error.errors()[0]['msg']}") from None

@@ -1,0 +1,133 @@
+"""Systems tasks: a measured knob sweep on the local backend, and the sizing plan of the chosen knobs.
+
+A trial runs the fully-async loop (the hero run's loop) for a few steps with one set of knobs — the trainer's
+micro-batch token budget and layout, the engine's concurrent sequences, the async generation workers — and measures
+what the knobs trade: seconds per step, generated tokens per second, the trainer's idle share
+(Σ wait_for_generation_buffer / wall), and the train–inference |Δ logprob| of step 1 (the trainer and the engine
+hold the same weights then, so it is the numeric mismatch alone).
+
+    trials = one_factor_trials(Knobs(4096, 64, 8, Layout.PACKED), token_budget=(2048, 8192), max_num_seqs=(32,))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from envs.harness.policy import PolicyHarness
+from envs.types import TaskSpec
+from tasks.catalog import Catalog
+from tasks.training import LoopKind, loop_config, train
+from trainer.local import Layout, TrainerConfig
+from trainer.sizing import LocalPlan, ModelShape, local_plan
+
+
+@dataclass(frozen=True)
+class Knobs:
+    token_budget: int
+    max_num_seqs: int
+    workers: int
+    layout: Layout
+
+    def label(self) -> str:
+        return f"budget{self.token_budget}-seqs{self.max_num_seqs}-workers{self.workers}-{self.layout.value}"
+
+
+def one_factor_trials(baseline: Knobs, **values: Sequence[Any]) -> list[Knobs]:
+    """The baseline, then each alternative value of each knob with the others at the baseline (no repeats)."""
+    trials = [baseline]
+    for name, options in values.items():
+        for value in options:
+            trial = replace(baseline, **{name: value})
+            if trial not in trials:
+                trials.append(trial)
+    return trials
+
+
+@dataclass(frozen=True)
+class TrialMetrics:
+    knobs: Knobs
+    steps: int
+    step_s: float
+    tokens_per_s: float
+    idle_share: float
+    logprob_mismatch: float | None
+
+    def row(self) -> dict[str, Any]:
+        measured = {k: v for k, v in asdict(self).items() if k != "knobs"}
+        return {"trial": self.knobs.label(), **asdict(self.knobs), **measured}
+
+
+@task(name="sweep-trial", cache_policy=NO_CACHE)
+def sweep_trial(
+    catalog: Catalog,
+    stage: str,
+    knobs: Knobs,
+    policy_dir: Path,
+    tasks: Sequence[TaskSpec],
+    worlds_root: Path,
+    settings: PolicyHarness,
+    trainer: TrainerConfig,
+    prompts_per_step: int,
+    samples_per_prompt: int,
+    steps: int,
+    max_staleness: int,
+    seed: int,
+    out_dir: Path,
+    stage_folder: str,
+) -> TrialMetrics:
+    config = loop_config(
+        LoopKind.ASYNC,
+        task_ids=[t.task_id for t in tasks],
+        settings=settings,
+        trainer=trainer.model_copy(update={"token_budget": knobs.token_budget, "layout": knobs.layout}),
+        prompts_per_step=prompts_per_step,
+        samples_per_prompt=samples_per_prompt,
+        steps=steps,
+        seed=seed,
+        checkpoint_every=0,
+        max_num_seqs=knobs.max_num_seqs,
+        workers=knobs.workers,
+        max_staleness=max_staleness,
+    )
+    result = train.fn(catalog, stage, knobs.label(), policy_dir, tasks, worlds_root, config, out_dir, stage_folder)
+    records = result.history.steps
+    wall = result.history.wall_s
+    return TrialMetrics(
+        knobs=knobs,
+        steps=len(records),
+        step_s=wall / len(records),
+        tokens_per_s=sum(r.tokens_per_s for r in records) / len(records),
+        idle_share=sum(r.wait_s for r in records) / wall if wall > 0 else 0.0,
+        logprob_mismatch=records[0].logprob_abs_diff_mean,
+    )
+
+
+def plan(
+    policy_dir: Path, knobs: Knobs, max_model_len: int, trajectory_tokens: int, staleness: int, batch: int, samples: int
+) -> LocalPlan:
+    """The local plan of the chosen knobs for the policy in ``policy_dir`` (fp32 trainer and engine)."""
+    from safetensors import safe_open
+
+    shape = ModelShape.from_config(json.loads((policy_dir / "config.json").read_text()))
+    parameters = 0
+    for weights in sorted(policy_dir.glob("*.safetensors")):
+        with safe_open(str(weights), framework="pt") as handle:
+            parameters += sum(math.prod(handle.get_slice(name).get_shape()) for name in handle.keys())  # noqa: SIM118
+    return local_plan(
+        shape,
+        parameters,
+        max_num_seqs=knobs.max_num_seqs,
+        max_model_len=max_model_len,
+        trajectory_tokens=max(trajectory_tokens, 1),
+        max_staleness=staleness,
+        prompts_per_step=batch,
+        samples_per_prompt=samples,
+    )

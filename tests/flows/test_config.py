@@ -1,0 +1,73 @@
+"""Profiles: every shipped profile validates; a bad key or value fails before anything runs, naming its path."""
+
+from pathlib import Path
+
+import pytest
+
+from flows.config import PROFILES_DIR, ProfileError, StageName, apply_overrides, load_profile
+
+SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+
+
+def test_the_four_profiles_ship() -> None:
+    assert {"smoke", "local", "qwen36-35b", "qwen35-397b"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_profile_validates(name: str) -> None:
+    config = load_profile(name)
+    assert config.profile == name and len(config.digest()) == 16
+
+
+def test_cluster_profiles_carry_the_recipes_numbers() -> None:
+    for name, concurrency, per_turn in (("qwen36-35b", 550, 50_000), ("qwen35-397b", 300, 40_000)):
+        config = load_profile(name)
+        assert config.trainer.lr == 1e-6 and config.trainer.betas == (0.9, 0.98)
+        assert config.trainer.algorithm.policy_loss == "dppo_binary_tv"
+        assert config.trainer.algorithm.dppo_delta_low == config.trainer.algorithm.dppo_delta_high == 0.15
+        assert config.trainer.algorithm.aggregation == "prompt_mean" and not config.trainer.algorithm.norm_adv_by_std
+        r = config.rollout
+        assert (r.prompts_per_step, r.samples_per_prompt, r.max_staleness, r.workers) == (16, 16, 3, 64)
+        assert r.max_concurrency == concurrency and r.rate_limit_per_s == 3
+        assert config.harness["max_tokens_per_turn"] == per_turn and config.harness["tool_result_max_chars"] == 42_000
+
+
+def test_a_bad_key_and_a_bad_value_are_both_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("profile: x\nstages:\n  overfit:\n    stpes: 3\n    subset_size: -1\n")
+    with pytest.raises(ProfileError) as failure:
+        load_profile(bad)
+    message = str(failure.value)
+    assert "stages.overfit.stpes: Extra inputs are not permitted" in message
+    assert "stages.overfit.subset_size: Input should be greater than or equal to 2" in message
+
+
+def test_overrides_are_validated_like_the_file() -> None:
+    config = load_profile("local", ["stages.overfit.steps=3", "stages.systems.sweep.workers=[2, 4]"])
+    assert config.stages.overfit.steps == 3 and config.stages.systems.sweep.workers == (2, 4)
+    with pytest.raises(ProfileError, match=r"stages\.overfit\.steps: Input should be greater than or equal to 1"):
+        load_profile("local", ["stages.overfit.steps=0"])
+    with pytest.raises(ProfileError, match="is not KEY=VALUE"):
+        apply_overrides({}, ["stages.overfit.steps"])
+
+
+def test_unknown_profile_lists_the_known_ones() -> None:
+    with pytest.raises(ProfileError, match="profiles are: .*local"):
+        load_profile("nonexistent")
+
+
+def test_cross_field_rules() -> None:
+    with pytest.raises(ProfileError, match="needs engine.url"):
+        load_profile("local", ["backends.engine=openai"])
+    with pytest.raises(ProfileError, match="harness: max_turns"):
+        load_profile("local", ["harness.max_turns=0"])
+    with pytest.raises(ProfileError, match="arm 'x': policy_loss: Input should be"):
+        load_profile("local", ["stages.ablations.arms.x.algorithm.policy_loss=nope"])
+    with pytest.raises(ProfileError, match="baseline arm 'baseline' is not among the arms"):
+        load_profile("local", ["stages.ablations.arms.x.algorithm.policy_loss=glm5"])
+
+
+def test_stage_order_and_folders() -> None:
+    assert [s.folder for s in StageName] == [
+        "1-derisk", "2-tito", "3-systems", "4-overfit", "5-ablations", "6-hero", "7-transfer"
+    ]  # fmt: skip

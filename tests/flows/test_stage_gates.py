@@ -1,0 +1,142 @@
+"""Each stage's gate from hand-made measurements: the verdict, the failed criteria, the findings."""
+
+import pickle
+
+from envs.diagnostics import ToolStats
+from evals.types import Comparison, ComparisonMethod, Metric, Verdict
+from flows.config import (
+    DeriskThresholds,
+    HeroThresholds,
+    OverfitThresholds,
+    StageName,
+    SystemsThresholds,
+    TitoThresholds,
+    TransferThresholds,
+)
+from flows.gates import GateFailed, GateReport, Op, check
+from flows.stage_gates import (
+    ArmResult,
+    DeriskMeasured,
+    ablations_gate,
+    derisk_gate,
+    hero_gate,
+    landed_arm,
+    overfit_gate,
+    systems_gate,
+    tito_gate,
+    transfer_gate,
+)
+
+
+def stats(tool: str, **rates) -> ToolStats:
+    fields = {"failure_rate": 0.0, "top_signature": None, "empty_rate": 0.0, "timeout_rate": 0.0, "oracle_pass_rate": 1.0}
+    return ToolStats(tool=tool, calls=10, **fields | rates)
+
+
+def comparison(diff: float, low: float, high: float, verdict: Verdict, base: float = 0.4) -> Comparison:
+    return Comparison(
+        metric=Metric.PASS_AT_1, method=ComparisonMethod.PAIRED_BOOTSTRAP, baseline_mean=base,
+        candidate_mean=base + diff, mean_diff=diff, ci_low=low, ci_high=high, confidence=0.95, verdict=verdict,
+        n_tasks=75,
+    )  # fmt: skip
+
+
+def test_check_compares_and_fails_missing_measurements() -> None:
+    assert check("a", 0.5, Op.GE, 0.5).passed and not check("a", 0.49, Op.GE, 0.5).passed
+    assert check("b", 0.02, Op.LT, 0.03).passed and not check("b", 0.03, Op.LT, 0.03).passed
+    assert not check("c", None, Op.LE, 1.0).passed and not check("d", float("nan"), Op.LE, 1.0).passed
+
+
+def test_derisk_passes_a_sound_environment() -> None:
+    measured = DeriskMeasured(300, 300, 400, 0.0, [stats("sheets_read_cell")], tasks_with_variance=40)
+    report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
+    assert report.passed and not report.findings and len(report.criteria) == 6
+
+
+def test_derisk_names_the_broken_tools_rates_and_fixes() -> None:
+    broken = [
+        stats("sheets_read_cell"),
+        stats("slides_add_slide", empty_rate=1.0),
+        stats("code_exec_run_python", failure_rate=0.25, top_signature="ModuleNotFoundError"),
+        stats("pdf_read_pdf", oracle_pass_rate=1 / 9),
+    ]
+    measured = DeriskMeasured(298, 306, 400, 0.0, broken, tasks_with_variance=10)
+    report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
+    failed = {c.name: c for c in report.failed_criteria()}
+    assert failed["oracle pass rate"].measured == 298 / 306
+    assert failed["worst tool empty-on-success rate"].detail == "slides_add_slide"
+    assert failed["worst tool failure rate, known-good calls"].measured == 0.25
+    assert failed["train tasks with reward variance"].measured == 10
+    by_tool = {f.subject: f for f in report.findings}
+    assert "preinstall" in by_tool["code_exec_run_python"].advice and by_tool["code_exec_run_python"].rate == 0.25
+    assert "confirmation" in by_tool["slides_add_slide"].advice
+    assert "column" in by_tool["pdf_read_pdf"].advice and "11%" in by_tool["pdf_read_pdf"].problem
+    assert "sheets_read_cell" not in by_tool
+
+
+def test_tito_gate_wants_zero_misalignments_over_multi_call_rollouts() -> None:
+    assert tito_gate(0, 5, 0.1, TitoThresholds(min_multi_call_rollouts=4)).passed
+    assert not tito_gate(1, 5, 0.0, TitoThresholds(min_multi_call_rollouts=4), ["sampled: g#0"]).passed
+    assert not tito_gate(0, 3, 0.0, TitoThresholds(min_multi_call_rollouts=4)).passed
+    assert tito_gate(0, 5, 0.25, TitoThresholds()).findings[0].rate == 0.25  # drift is reported, not gated
+
+
+def test_systems_gate() -> None:
+    thresholds = SystemsThresholds(max_logprob_mismatch=0.03, max_trainer_idle_share=0.5, memory_budget_gib=1.0)
+    assert systems_gate(3e-6, 0.2, 2**29, thresholds, "x", {}).passed
+    assert not systems_gate(0.05, 0.2, 2**29, thresholds, "x", {}).passed
+    assert not systems_gate(3e-6, 0.2, 2**31, thresholds, "x", {}).passed  # 2 GiB plan, 1 GiB budget
+
+
+def test_overfit_gate_needs_the_gain_and_the_test() -> None:
+    t = OverfitThresholds(min_reward_gain=0.1, max_p_value=0.01)
+    assert overfit_gate(0.5, 0.65, 0.15, 0.001, 16, t, {}).passed
+    assert not overfit_gate(0.5, 0.55, 0.05, 0.001, 16, t, {}).passed
+    assert not overfit_gate(0.5, 0.65, 0.15, 0.02, 16, t, {}).passed
+
+
+def test_landed_arm_rule() -> None:
+    def arm(name, verdict, diff):
+        return ArmResult(name, True, comparison(diff, diff - 0.05, diff + 0.05, verdict))
+
+    base = ArmResult("baseline", True, None)
+    gains = [
+        base,
+        arm("prompt_mean", Verdict.GAIN, 0.08),
+        arm("nudge", Verdict.GAIN, 0.06),
+        arm("prior", Verdict.LOSS, -0.1),
+    ]
+    assert landed_arm(gains, "baseline", "prior")[0] == "prompt_mean"
+    noise = [base, arm("prompt_mean", Verdict.WITHIN_NOISE, 0.03), arm("prior", Verdict.WITHIN_NOISE, -0.01)]
+    assert landed_arm(noise, "baseline", "prior")[0] == "prior"
+    lost = [base, arm("prompt_mean", Verdict.WITHIN_NOISE, 0.03), arm("prior", Verdict.LOSS, -0.1)]
+    assert landed_arm(lost, "baseline", "prior")[0] == "baseline"
+
+
+def test_ablations_gate_fails_when_an_arm_did_not_finish() -> None:
+    arms = [ArmResult("baseline", True, None), ArmResult("dppo", False, None)]
+    report = ablations_gate(arms, "baseline", "reason", {})
+    assert not report.passed and report.failed_criteria()[0].detail == "dppo"
+
+
+def test_hero_gate_wants_the_ci_above_zero() -> None:
+    assert hero_gate(comparison(0.07, 0.01, 0.13, Verdict.GAIN), 30, HeroThresholds(), {}).passed
+    assert not hero_gate(comparison(0.05, -0.01, 0.11, Verdict.WITHIN_NOISE), 30, HeroThresholds(), {}).passed
+
+
+def test_transfer_gate_fails_only_on_a_regression_beyond_noise() -> None:
+    suites = {
+        "code_only": comparison(-0.02, -0.06, 0.02, Verdict.WITHIN_NOISE),
+        "mcq": comparison(0.0, -0.1, 0.1, Verdict.WITHIN_NOISE),
+    }
+    assert transfer_gate(suites, TransferThresholds(), {}).passed
+    suites["terminal"] = comparison(-0.2, -0.3, -0.1, Verdict.LOSS)
+    report = transfer_gate(suites, TransferThresholds(), {})
+    assert [c.name for c in report.failed_criteria()] == ["terminal: trained − base, CI high end"]
+
+
+def test_gate_failed_pickles_with_its_report() -> None:
+    report = GateReport.build(StageName.OVERFIT, [check("gain", 0.05, Op.GE, 0.1)])
+    error = pickle.loads(pickle.dumps(GateFailed(report.model_dump_json())))
+    assert error.report == report and "gain 0.05 (needs >= 0.1)" in str(error)
+    assert "| gain | 0.05 | >= 0.1 | **FAIL** |" in report.markdown()

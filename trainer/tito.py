@@ -1,0 +1,160 @@
+"""The TITO check (RECIPE "TITO"): the tokens the trainer trains on are exactly the tokens the engine sampled.
+
+Re-tokenising chat text makes training silently off-policy in two ways: the ids the engine sampled differ from the
+ids the trainer sees after decode → encode, and turn N's output differs from the same span inside turn N+1's
+input. ``RecordingEngine`` wraps any ``CompletionEngine`` (our engine in-process or over HTTP, vLLM) and keeps every
+(prompt ids, completion) it answered; ``check_tito`` then holds each trajectory against those records:
+
+* **prompt** — each turn's request was exactly the trajectory's tokens before that turn's span (history never
+  re-rendered), and it extends the previous request's prompt + completion (turn N is a prefix of turn N+1);
+* **sampled** — the span holds exactly the ids and logprobs the engine returned;
+* **loss_mask** — mask 1 on exactly the sampled spans, 0 everywhere else;
+* **trainer** — ``TrainBatch.from_trajectories`` (what ``LocalTrainer`` consumes) holds the same ids, mask and
+  rollout logprobs, row for row.
+
+Beside the misalignments (the gate wants zero) it measures ``drift_rate``: the share of sampled turns whose
+decode → encode round trip would have given other ids — what a chat-completions harness would have trained on.
+
+    engine = RecordingEngine(client)
+    trajectories = await run_group(task, envs, engine, tokenizer, config, group_id="g", n=4)
+    report = check_tito(trajectories, engine.exchanges, tokenizer)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from transformers import PreTrainedTokenizerBase
+
+from envs.harness.chat import encode
+from envs.harness.engine_client import Completion, CompletionEngine
+from envs.types import Trajectory
+from trainer.algorithms import AlgorithmConfig
+from trainer.local.batch import TrainBatch
+
+MAX_LISTED = 20
+
+
+@dataclass(frozen=True)
+class Exchange:
+    prompt_ids: tuple[int, ...]
+    completion: Completion
+
+
+class RecordingEngine:
+    """A ``CompletionEngine`` that forwards to ``inner`` and records every exchange."""
+
+    def __init__(self, inner: CompletionEngine) -> None:
+        self.inner = inner
+        self.exchanges: list[Exchange] = []
+
+    async def complete(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop_token_ids: Sequence[int] = (),
+    ) -> Completion:
+        completion = await self.inner.complete(prompt_ids, max_tokens, temperature, top_p, seed, stop_token_ids)
+        self.exchanges.append(Exchange(tuple(prompt_ids), completion))
+        return completion
+
+
+@dataclass
+class TitoReport:
+    trajectories: int = 0
+    sampled_turns: int = 0
+    multi_call_rollouts: int = 0
+    """Rollouts with at least two tool calls (the multi-turn case TITO exists for)."""
+    misalignments: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """Count per kind: prompt, sampled, loss_mask, trainer."""
+    examples: list[str] = field(default_factory=list)
+    exchanges: int = 0
+    drift_turns: int = 0
+    """Exchanges whose sampled ids would change under decode → encode."""
+
+    @property
+    def total_misalignments(self) -> int:
+        return sum(self.misalignments.values())
+
+    @property
+    def drift_rate(self) -> float:
+        return self.drift_turns / self.exchanges if self.exchanges else 0.0
+
+    def flag(self, kind: str, where: str) -> None:
+        self.misalignments[kind] += 1
+        if len(self.examples) < MAX_LISTED:
+            self.examples.append(f"{kind}: {where}")
+
+
+def _check_trajectory(t: Trajectory, by_prompt: dict[tuple[int, ...], list[Completion]], report: TitoReport) -> None:
+    where = f"{t.group_id}#{t.sample_index}"
+    previous: tuple[int, ...] | None = None
+    masked = [0] * len(t.tokens)
+    for span in t.turns:
+        prompt = tuple(t.tokens[: span.start])
+        sampled = t.tokens[span.start : span.end]
+        logprobs = t.logprobs[span.start : span.end]
+        answers = by_prompt.get(prompt, [])
+        if not answers:
+            report.flag("prompt", f"{where} turn {span.turn}: no request had this turn's prompt")
+        elif not any(c.token_ids == sampled and c.logprobs == logprobs for c in answers):
+            report.flag("sampled", f"{where} turn {span.turn}: the span is not what the engine returned")
+        if previous is not None and prompt[: len(previous)] != previous:
+            report.flag("prompt", f"{where} turn {span.turn}: does not extend turn {span.turn - 1}'s request")
+        previous = tuple(t.tokens[: span.end])
+        masked[span.start : span.end] = [1] * (span.end - span.start)
+    if t.loss_mask != masked:
+        report.flag("loss_mask", f"{where}: loss mask is not 1 on exactly the sampled spans")
+
+
+def _check_trainer_view(trajectories: Sequence[Trajectory], report: TitoReport) -> None:
+    """The rows ``TrainBatch`` builds hold each trajectory's ids, mask and logprobs unchanged.
+
+    Rewards and groups are rewritten (one group with a reward spread) only so the zero-variance filter keeps every
+    row; the check is about the token tensors, which those fields do not touch.
+    """
+    if len(trajectories) < 2:
+        return
+    kept = [t.model_copy(update={"group_id": "tito", "reward": float(i % 2)}) for i, t in enumerate(trajectories)]
+    batch = TrainBatch.from_trajectories(kept, AlgorithmConfig())
+    for row, t in enumerate(trajectories):
+        length = int(batch.lengths_B[row])
+        same = (
+            length == len(t.tokens)
+            and batch.tokens_BT[row, :length].tolist() == t.tokens
+            and batch.loss_mask_BT[row, :length].tolist() == [float(m) for m in t.loss_mask]
+            and batch.rollout_logprobs_BT[row, :length].tolist() == [float(lp) for lp in _as_float32(t.logprobs)]
+        )
+        if not same:
+            report.flag("trainer", f"{t.group_id}#{t.sample_index}: the trainer's row differs from the trajectory")
+
+
+def _as_float32(values: Sequence[float]) -> list[float]:
+    import torch
+
+    return torch.tensor(values, dtype=torch.float32).tolist()
+
+
+def check_tito(
+    trajectories: Sequence[Trajectory], exchanges: Sequence[Exchange], tokenizer: PreTrainedTokenizerBase
+) -> TitoReport:
+    """Hold every trajectory against the engine's records and the trainer's batch; see the module docstring."""
+    by_prompt: dict[tuple[int, ...], list[Completion]] = defaultdict(list)
+    for exchange in exchanges:
+        by_prompt[exchange.prompt_ids].append(exchange.completion)
+    report = TitoReport(trajectories=len(trajectories))
+    for t in trajectories:
+        report.sampled_turns += len(t.turns)
+        report.multi_call_rollouts += len(t.tool_calls) >= 2
+        _check_trajectory(t, by_prompt, report)
+    _check_trainer_view(trajectories, report)
+    report.exchanges = len(exchanges)
+    report.drift_turns = sum(
+        encode(tokenizer, tokenizer.decode(e.completion.token_ids)) != e.completion.token_ids for e in exchanges
+    )
+    return report
