@@ -213,8 +213,12 @@ class EvalSpec(_Spec):
     mcp_backend: McpBackend = McpBackend.GATEWAY
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a rerun to resume this run (everything but where it is written)."""
-        return self.model_dump(mode="json", exclude={"out_dir"})
+        """What must match for a rerun to resume this run: what is evaluated and how, not where the results are
+        written, where the engine listens (a model served again on another port is the same model) or how many
+        trials run at once."""
+        return self.model_dump(
+            mode="json", exclude={"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
+        )
 
     def policy_candidates(self) -> list[Path]:
         """Where the policy's ``harness.json`` is looked for: ``policy``, else the tokenizer and model folders."""

@@ -65,7 +65,7 @@ def open_pipeline_run(
         store.update_config(config.model_dump(mode="json"), config.digest(), reason)
         return store, config
     config = load_profile(profile or "local", overrides)
-    store = RunStore.create(config.runs_root, config.profile, config.model_dump(mode="json"), config.digest(), run_id)
+    store = RunStore.create(runs_root, config.profile, config.model_dump(mode="json"), config.digest(), run_id)
     return store, config
 
 

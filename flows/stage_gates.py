@@ -123,7 +123,7 @@ def overfit_gate(
     detail = f"{before:.3f} → {after:.3f} in {steps} steps"
     criteria = [
         check("subset reward gain", gain, Op.GE, t.min_reward_gain, detail),
-        check("one-sided p (paired over tasks)", p_value, Op.LT, t.max_p_value),
+        check("one-sided p (paired over tasks)", p_value, Op.LE, t.max_p_value),
     ]
     return GateReport.build(StageName.OVERFIT, criteria, metrics=metrics)
 

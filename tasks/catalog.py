@@ -85,9 +85,9 @@ def _columns(table: str) -> list[str]:
 class Catalog:
     """Appends to and queries one run's catalog file; see the module docstring."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = _lock_for(path)
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = _lock_for(self.path)
         with self._connect() as con:
             for table, columns in SCHEMA.items():
                 con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")

@@ -125,6 +125,9 @@ class BootstrapSpec(BaseModel):
     )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
+    train_task_limit: int | None = Field(
+        None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
+    )
     steps: int = Field(450, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(3e-3, gt=0)
@@ -237,8 +240,8 @@ def draw_traces(
 ) -> list[Trace]:
     """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed.
 
-    A clean trace is value-swapped with probability ``spec.value_swap``: its observed value becomes another task's
-    value of the same kind (number or text) from ``values``.
+    A clean or recovered trace is value-swapped with probability ``spec.value_swap``: its last observed value becomes
+    another task's value of the same kind (number or text) from ``values``.
     """
     offered = offered_tools(spec.apps)
     rates = spec.noise.by_kind()
@@ -264,7 +267,13 @@ def draw_traces(
         key = json.dumps([kind, call], sort_keys=True)
         if key not in wrong:
             wrong[key] = noisy_trace(task, world, kind, call, clean if recovers else None)
-        traces.append(wrong[key])
+        trace = wrong[key]
+        # A recovered trace ends as the clean one does (the oracle's calls, the value copied): swap it alike, or the
+        # model memorises each task's value from these traces instead of copying it.
+        recovered = len(trace.calls) > len(clean.calls)
+        if recovered and donors and rng.random() < spec.value_swap:
+            trace = swapped_trace(trace, rng.choice(donors))
+        traces.append(trace)
     return traces
 
 
@@ -317,7 +326,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     started = time.perf_counter()
 
     tasks = select_tasks(load_tasks(data), spec)
-    train_tasks = [task for task in tasks if task.split is Split.TRAIN]
+    train_tasks = [task for task in tasks if task.split is Split.TRAIN][: spec.train_task_limit]
     if not train_tasks:
         raise ValueError(f"no train-split task among the {len(tasks)} selected tasks")
     config = harness_config(spec)

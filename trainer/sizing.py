@@ -46,6 +46,9 @@ class ModelShape:
         heads = int(config["num_attention_heads"])
         head_dim = int(config.get("head_dim") or config["hidden_size"] // heads)
         layer_types = config.get("layer_types")
+        if not layer_types and config.get("full_attention_interval"):  # Qwen3-Next style: every k-th layer
+            interval = int(config["full_attention_interval"])
+            layer_types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
         full = sum(kind == "full_attention" for kind in layer_types) if layer_types else layers
         linear_state = 0
         if layer_types and full < layers:

@@ -48,18 +48,21 @@ def print_stages(root: Path) -> None:
 def _run(args: argparse.Namespace) -> int:
     from flows.config import StageName, load_profile
 
+    runs_root = args.runs_root
     if args.resume is None:
-        load_profile(args.profile, args.set)  # fail fast, before Prefect starts, on a bad profile or override
+        config = load_profile(args.profile, args.set)  # fail fast, before Prefect starts, on a bad profile or override
+        runs_root = runs_root or str(config.runs_root)
+    runs_root = runs_root or "runs"
     from flows.pipeline import open_pipeline_run, pipeline
 
     store, _ = open_pipeline_run(
-        None if args.resume and not args.profile_given else args.profile, args.resume, args.set, Path(args.runs_root)
+        None if args.resume and not args.profile_given else args.profile, args.resume, args.set, Path(runs_root)
     )
     state = pipeline(
         profile=None,
         resume=str(store.root),
         stop_after=StageName(args.stop_after) if args.stop_after else None,
-        runs_root=args.runs_root,
+        runs_root=runs_root,
         return_state=True,
     )
     print_stages(store.root)
@@ -111,7 +114,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--resume", metavar="RUN", help="run id or folder to run again (passed stages are reused)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
     run.add_argument("--stop-after", choices=STAGES, help="stop after this stage (when it passed)")
-    run.add_argument("--runs-root", default="runs")
+    run.add_argument("--runs-root", help="folder of run folders (default: the profile's runs_root, runs/)")
     run.set_defaults(handler=_run, profile_given=False)
 
     stage = commands.add_parser("stage", help="one stage flow on an existing run")

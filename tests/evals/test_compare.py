@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from evals.compare import paired_bootstrap_ci, paired_comparison, unpaired_comparison, verdict_for, welch_df
+from evals.compare import (
+    one_sided_paired_test,
+    paired_bootstrap_ci,
+    paired_comparison,
+    unpaired_comparison,
+    verdict_for,
+    welch_df,
+)
 from evals.stats import summarize
 from evals.types import ComparisonMethod, Estimate, Metric, TrialResult, Verdict
 
@@ -192,3 +199,27 @@ def test_unpaired_comparison_from_summaries() -> None:
     assert result.method is ComparisonMethod.WELCH_T
     assert result.mean_diff == pytest.approx(cand.mean() - base.mean())
     assert result.verdict is Verdict.GAIN
+
+
+def _runs(rewards_T: list[float], passes: int = 2) -> list[TrialResult]:
+    return [
+        TrialResult(task_id=f"t{t}", pass_index=p, passed=r == 1.0, reward=r)
+        for t, r in enumerate(rewards_T)
+        for p in range(passes)
+    ]
+
+
+def test_one_sided_paired_test_by_hand() -> None:
+    # Per-task gains d = [0.2, 0.1, 0.3, 0.1]: mean 0.175, sd (ddof 1) = sqrt(0.0275 / 3) = 0.095743,
+    # t = 0.175 / (0.095743 / 2) = 3.6556 on 3 df → one-sided p = 0.017676.
+    gain, p = one_sided_paired_test(_runs([0.1, 0.2, 0.3, 0.4]), _runs([0.3, 0.3, 0.6, 0.5]))
+    assert gain == pytest.approx(0.175) and p == pytest.approx(0.0176764, rel=1e-4)
+    _, p_down = one_sided_paired_test(_runs([0.3, 0.3, 0.6, 0.5]), _runs([0.1, 0.2, 0.3, 0.4]))
+    assert p_down == pytest.approx(1 - 0.0176764, rel=1e-4)
+
+
+def test_one_sided_paired_test_with_no_spread_is_decided_by_the_sign() -> None:
+    assert one_sided_paired_test(_runs([0.0, 0.5]), _runs([0.25, 0.75])) == (pytest.approx(0.25), 0.0)
+    assert one_sided_paired_test(_runs([0.5, 0.5]), _runs([0.5, 0.5]))[1] == 1.0
+    with pytest.raises(ValueError, match="different tasks"):
+        one_sided_paired_test(_runs([0.5, 0.5]), _runs([0.5, 0.5, 0.5]))

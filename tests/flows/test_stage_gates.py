@@ -29,7 +29,13 @@ from flows.stage_gates import (
 
 
 def stats(tool: str, **rates) -> ToolStats:
-    fields = {"failure_rate": 0.0, "top_signature": None, "empty_rate": 0.0, "timeout_rate": 0.0, "oracle_pass_rate": 1.0}
+    fields = {
+        "failure_rate": 0.0,
+        "top_signature": None,
+        "empty_rate": 0.0,
+        "timeout_rate": 0.0,
+        "oracle_pass_rate": 1.0,
+    }
     return ToolStats(tool=tool, calls=10, **fields | rates)
 
 
@@ -93,6 +99,7 @@ def test_overfit_gate_needs_the_gain_and_the_test() -> None:
     assert overfit_gate(0.5, 0.65, 0.15, 0.001, 16, t, {}).passed
     assert not overfit_gate(0.5, 0.55, 0.05, 0.001, 16, t, {}).passed
     assert not overfit_gate(0.5, 0.65, 0.15, 0.02, 16, t, {}).passed
+    assert overfit_gate(0.5, 0.65, 0.15, 0.01, 16, t, {}).passed  # p ≤ max_p_value
 
 
 def test_landed_arm_rule() -> None:
