@@ -52,12 +52,12 @@ def test_overrides_are_validated_like_the_file() -> None:
 
 
 def test_unknown_profile_lists_the_known_ones() -> None:
-    with pytest.raises(ProfileError, match="profiles are: .*local"):
+    with pytest.raises(ProfileError, match=r"profiles are: .*local"):
         load_profile("nonexistent")
 
 
 def test_cross_field_rules() -> None:
-    with pytest.raises(ProfileError, match="needs engine.url"):
+    with pytest.raises(ProfileError, match=r"needs engine\.url"):
         load_profile("local", ["backends.engine=openai"])
     with pytest.raises(ProfileError, match="harness: max_turns"):
         load_profile("local", ["harness.max_turns=0"])

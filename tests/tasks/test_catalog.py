@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.types import Domain, Split, TaskSpec, Tier, ToolCallRecord, Trajectory, TurnSpan
-from envs.types import AnswerEquals
+from envs.types import AnswerEquals, Domain, Split, TaskSpec, Tier, ToolCallRecord, Trajectory, TurnSpan
 from tasks.catalog import Catalog
 
 
@@ -13,7 +12,7 @@ def trajectory(task_id: str, reward: float) -> Trajectory:
     return Trajectory(
         task_id=task_id, group_id="g", tokens=[1, 2, 3, 4], loss_mask=[0, 0, 1, 1], logprobs=[0, 0, -0.5, -0.25],
         prompt_len=2, turns=[TurnSpan(turn=0, start=2, end=4, finish_reason="stop", weight_version=3)],
-        tool_calls=[ToolCallRecord(turn=0, tool="sheets_read_cell", args={"cell": "B2"}, ok=False, error_class="ToolError")],
+        tool_calls=[ToolCallRecord(turn=0, tool="sheets_read_cell", args={"cell": "B2"}, ok=False, error_class="Err")],
         reward=reward, weight_versions=[3],
     )  # fmt: skip
 

@@ -1,7 +1,6 @@
 """The TITO check: real rollouts through the harness are aligned; each way of breaking TITO is caught by its kind."""
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
