@@ -21,12 +21,11 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The local profile end to end, as far as it goes today: worlds + tasks, every oracle through the MCP gateway in
-# sandboxes, the tiny base model (bootstrap, cached), then GRPO on its overfit subset with before/after reward.
+# The local profile end to end: the seven gated stages (de-risk → TITO → systems → overfit → ablations → hero →
+# transfer) as Prefect flows on this machine; prints the stage table and the run folder. The first run also builds
+# the environment and bootstraps the tiny base (cached under models/base afterwards).
 demo: install
-	$(VENV)/bin/recipe envs check --data data --transport stdio
-	$(VENV)/bin/recipe model bootstrap --data data --out models/base
-	$(VENV)/bin/recipe train run --loop sync --data data --steps 12
+	$(VENV)/bin/recipe run --profile local
 
 test: install
 	$(PY) -m pytest

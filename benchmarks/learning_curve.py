@@ -21,23 +21,61 @@ sync) and the async trainer's idle share (Σ wait_for_generation_buffer / wall).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from envs.build import ensure_environment, load_tasks
-from envs.types import Split
+from envs.types import Split, TaskSpec
 from trainer.algorithms import AlgorithmConfig
 from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness_config, select_tasks
+from trainer.engine import Engine
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord, SyncLoopConfig, run_async_loop, run_sync_loop
-from trainer.loops.common import CHECKPOINTS, TaskFilter
-from trainer.loops.local_run import evaluate_policy_dir, overfit_subset
+from trainer.loops.common import CHECKPOINTS, LoopConfig, TaskFilter, default_envs, evaluate_reward, tasks_with_variance
+from trainer.loops.engine_adapter import InProcessEngine
+from trainer.model import load_policy
 
 WINDOW = 5
+
+
+def evaluate_policy_dir(
+    policy_dir: Path, config: LoopConfig, worlds_root: Path, tasks: Sequence[TaskSpec]
+) -> tuple[float, float]:
+    """(mean reward, pass rate) of a saved policy on ``tasks``, ``config.eval_samples`` sampled rollouts each."""
+    model, tokenizer = load_policy(policy_dir)
+    with Engine(model, tokenizer, config.engine_config()) as engine:
+        return asyncio.run(
+            evaluate_reward(
+                tasks,
+                default_envs(worlds_root, config.apps),
+                InProcessEngine(engine),
+                tokenizer,
+                config.harness,
+                n=config.eval_samples,
+                seed=config.seed + 1,
+            )
+        )
+
+
+def overfit_subset(
+    policy_dir: Path, config: LoopConfig, worlds_root: Path, tasks: Sequence[TaskSpec], size: int, n: int
+) -> list[TaskSpec]:
+    """The first ``size`` of ``tasks`` on which the policy's ``n`` rollouts disagree (``tasks_with_variance``)."""
+    model, tokenizer = load_policy(policy_dir)
+    envs_for = default_envs(worlds_root, config.apps)
+    with Engine(model, tokenizer, config.engine_config()) as engine:
+        varied = asyncio.run(
+            tasks_with_variance(
+                tasks, envs_for, InProcessEngine(engine), tokenizer, config.harness, n=n, seed=config.seed + 2
+            )
+        )
+    return varied[:size]
 
 
 def moving_average(values: list[float], window: int = WINDOW) -> list[float]:

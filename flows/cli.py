@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+from pathlib import Path
 
 from envs.errors import RecipeError
 from flows import commands as command_package
@@ -26,7 +28,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def prefect_defaults() -> None:
+    """Before Prefect is imported: its home (database, results) in the project's ``.prefect/`` unless set, and no
+    telemetry (the temporary server's telemetry write races its own start-up on SQLite)."""
+    os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
+    prefect_defaults()
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

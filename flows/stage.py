@@ -286,7 +286,7 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
         fingerprint=stage_fingerprint(config, stage, store),
         config_hash=config.digest(),
         code_version=code_version(),
-        attempt=previous.attempt + 1 if previous else 1,
+        attempt=(previous.attempt if previous else 0) + 1,
         started_at=now(),
     )
     store.write_manifest(manifest)

@@ -24,9 +24,10 @@ from flows.gates import Finding, GateCriterion, GateReport, Op, check
 
 
 def _worst(stats: Sequence[ToolStats], rate: str) -> tuple[float | None, str]:
-    """The highest ``rate`` over tools that have it, and which tool; (0.0, "") when none has it."""
+    """The highest ``rate`` over tools that have it, and which tool (none named while every rate is 0)."""
     rated = [(getattr(s, rate), s.tool) for s in stats if getattr(s, rate) is not None]
-    return max(rated) if rated else (0.0, "")
+    worst, tool = max(rated) if rated else (0.0, "")
+    return worst, tool if worst > 0 else ""
 
 
 # --- 1 · de-risk -----------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -240,8 +240,3 @@ def tool_call_row(
         "timed_out": call.error_class == "timeout",
         "latency_s": call.latency_s,
     }
-
-
-def rows_of(records: Iterable[Any]) -> list[dict[str, Any]]:
-    """Pydantic models (or dataclasses with ``model_dump``) as JSON-ready dicts."""
-    return [record.model_dump(mode="json") for record in records]

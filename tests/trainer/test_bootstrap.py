@@ -27,7 +27,6 @@ from trainer.bootstrap import (
     select_tasks,
 )
 from trainer.engine import Engine, EngineConfig
-from trainer.loops.local_run import base_loop_settings
 from trainer.model import TinyModelSpec, load_policy
 from trainer.rollout_eval import EngineCompletions
 from trainer.tokenizer import train_tokenizer
@@ -257,16 +256,12 @@ def assert_harness_json_drives_the_loops(base: Path, data: Path, out: Path) -> N
     expected = policy_harness(TINY)
     assert read_policy_harness(base) == expected and expected.apps == APPS
     assert expected.harness == harness_config(TINY).model_copy(update={"seed": None})
-    settings = base_loop_settings(base)
-    assert (settings["harness"], settings["apps"]) == (expected.harness, APPS)
-    # harness.json, not bootstrap.json, is what the loops read
-    write_policy_harness(
-        base, PolicyHarness(apps=("filesystem",), harness=expected.harness.model_copy(update={"max_turns": 7}))
-    )
-    assert base_loop_settings(base)["harness"].max_turns == 7 and base_loop_settings(base)["apps"] == ("filesystem",)
-    # a base cached before policies carried harness.json: the loops fall back on its spec, a cache hit writes the file
+    # harness.json, not bootstrap.json, is what every later reader takes
+    changed = PolicyHarness(apps=("filesystem",), harness=expected.harness.model_copy(update={"max_turns": 7}))
+    write_policy_harness(base, changed)
+    assert read_policy_harness(base) == changed
+    # a base cached before policies carried harness.json: a cache hit writes the file from the spec
     (base / HARNESS_FILE).unlink()
-    assert base_loop_settings(base)["harness"] == expected.harness
     assert bootstrap(TINY, data, out).cached and read_policy_harness(base) == expected
 
 

@@ -97,3 +97,23 @@ def test_least_recently_used_sequence_is_evicted(policy):
     with torch.inference_mode():
         cache.restore(hit, running)
     assert torch.all(pool.k[:, running, :, :2] == 1.0) and cache.reused_tokens == 2
+
+
+def test_a_long_fresh_prompt_beside_a_cached_one_never_pads_past_the_context(policy):
+    """Admitted together, rows are right-padded to the widest new part: a row with a long cached prefix would get
+    padded positions past the RoPE table (an IndexError that failed every request of the step). Such a prompt now
+    waits for the next step, and both requests finish."""
+    model, tok = policy
+    limit = 96
+    with Engine(model, tok, EngineConfig(max_num_seqs=4, max_model_len=limit)) as engine:
+        long_prefix = [5] * 70
+        first = generate(engine, long_prefix, seed=0, n=4)
+        extended = long_prefix + first.token_ids_T + [7, 8]  # 76 tokens, all but 2 cached
+        fresh = [9] * 60  # 60 new tokens: 70 cached + 60 padded would reach position 130 > 96
+
+        async def both():
+            params = SamplingParams(temperature=1.0, seed=1, max_tokens=8, ignore_eos=True)
+            return await asyncio.gather(engine.generate(extended, params), engine.generate(fresh, params))
+
+        hot, cold = asyncio.run(both())
+    assert hot.cached_tokens > 0 and len(hot.token_ids_T) == len(cold.token_ids_T) == 8
