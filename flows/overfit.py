@@ -1,7 +1,7 @@
 """Stage 4 · overfit gate: can the training stack raise the reward on tasks it can learn from? (also the nightly job)
 
-1. The overfit subset: the ``subset_size`` train tasks whose base rollouts in the de-risk stage disagreed (non-zero
-   reward variance), most varied first.
+1. The overfit subset: ``subset_size`` train tasks whose base rollouts in the de-risk stage disagreed (non-zero
+   reward variance), those with the lowest base reward first (the most room to rise).
 2. Before: the base's reward on the subset, ``eval_samples`` fresh rollouts per task (not the de-risk samples that
    chose the subset: those would carry their selection bias).
 3. The synchronous loop on the subset with the tuned knobs (the profile's algorithm; RECIPE: batch 32 × 8 samples).
@@ -15,6 +15,7 @@ t-test over the subset's tasks gives p < ``max_p_value``. Output: the trained po
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import flow
@@ -39,8 +40,10 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         policy, settings = Path(stage.policy()), stage.policy_settings()
         train_tasks, _ = stage.task_sets(settings)
         by_id = {t.task_id: t for t in train_tasks}
-        varied = stage.upstream(StageName.DERISK).outputs["variance_tasks"]
-        subset = [by_id[task_id] for task_id in varied if task_id in by_id][: section.subset_size]
+        variance = json.loads(stage.upstream_path(StageName.DERISK, "reward_variance").read_text())
+        # Of the tasks whose base rollouts disagreed, those the base solves least often: the most room to overfit.
+        varied = sorted((row for row in variance if row["spread"] > 0), key=lambda r: (r["mean_reward"], r["task_id"]))
+        subset = [by_id[row["task_id"]] for row in varied if row["task_id"] in by_id][: section.subset_size]
         engine = stage.tuned_engine(settings.harness.context_budget_tokens)
 
         def subset_eval(label: str, policy_dir: Path) -> EvalResult:

@@ -54,11 +54,13 @@ SHARED_SECTIONS = (
     "judge",
     "sandbox",
     "harness",
-    "trainer",
-    "rollout",
     "cluster",
 )
 """Config sections every stage depends on; its own ``stages.<name>`` section is added per stage."""
+TRAINING_SECTIONS = ("trainer", "rollout")
+"""Sections only the stages that train depend on (de-risk and TITO never read them: a learning-rate change must not
+re-run them)."""
+TRAINING_STAGES = frozenset(set(StageName) - {StageName.DERISK, StageName.TITO})
 DEFAULT_RUNS_ROOT = Path("runs")
 
 
@@ -69,13 +71,14 @@ class StageOrderError(RecipeError, RuntimeError):
 def stage_fingerprint(config: RecipeConfig, stage: StageName, store: RunStore) -> str:
     """Hash of the shared sections, the stage's own section and the fingerprints of the stages before it."""
     dumped = config.model_dump(mode="json")
+    sections = SHARED_SECTIONS + (TRAINING_SECTIONS if stage in TRAINING_STAGES else ())
     upstream = []
     for earlier in list(StageName)[: stage.index - 1]:
         manifest = store.manifest(earlier.folder)
         upstream.append(manifest.fingerprint if manifest else None)
     return section_digest(
         {
-            "shared": {name: dumped[name] for name in SHARED_SECTIONS},
+            "shared": {name: dumped[name] for name in sections},
             "stage": dumped["stages"][stage.value],
             "upstream": upstream,
         }
@@ -183,10 +186,11 @@ class StageRun:
         settings = self.engine_settings(max_model_len)
         return replace(settings, max_num_seqs=int(self.knobs()["max_num_seqs"]))
 
-    def work_dir(self, name: str) -> Path:
-        """A folder of this stage for ``name`` that is new whenever the stage's inputs change (its fingerprint),
-        so a re-run after a kill resumes its checkpoints while a re-run after a config change starts afresh."""
-        return self.dir / f"{name}-{self.manifest.fingerprint[:8]}"
+    def work_dir(self, name: str, inputs: Any) -> Path:
+        """A folder of this stage for ``name`` keyed by what goes into it (``inputs``: the loop config with its task
+        ids, the eval's tasks and policy): a re-run after a kill finds it and resumes its checkpoints or trials; any
+        change of input — a config edit, another subset — gets a fresh folder."""
+        return self.dir / f"{name}-{section_digest(inputs)[:8]}"
 
     @property
     def worlds(self) -> Path:
@@ -194,7 +198,7 @@ class StageRun:
 
     def train(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainResult:
         """The ``train`` task for this stage: its catalog, its work folder ``train-<label>``, its progress key."""
-        out = self.work_dir(f"train-{label}")
+        out = self.work_dir(f"train-{label}", [str(policy), loop.model_dump(mode="json")])
         return train(self.catalog, self.stage.value, label, policy, tasks, self.worlds, loop, out, self.stage.folder)
 
     def evaluate(
@@ -209,7 +213,8 @@ class StageRun:
         engine: EngineSettings,
     ) -> EvalResult:
         """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds)."""
-        out = self.work_dir(f"eval-{suite}-{label}")
+        inputs = [str(policy), [t.task_id for t in tasks or []], str(harness), passes, settings.model_dump(mode="json")]
+        out = self.work_dir(f"eval-{suite}-{label}", inputs)
         return evaluate(
             self.catalog, self.stage.value, suite, label, policy, tasks, self.worlds, harness, passes, settings,
             engine, out, self.config.seed + 1,

@@ -118,10 +118,13 @@ class BootstrapSpec(BaseModel):
     value_swap: float = Field(
         0.5, ge=0, le=1, description="share of clean traces whose observed value is another task's (answer follows)"
     )
-    recover_after_error: bool = Field(
-        True,
-        description="a wrong first call that fails (the tool answers with an error) is followed by the oracle's calls "
-        "and answer, as an agent that reads the error would; a wrong call that succeeds is answered from",
+    recover_after_error: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="share of wrong first calls that fail (the tool answers with an error) followed by the oracle's "
+        "calls and answer, as an agent that reads the error would (multi-call rollouts); the others are answered from "
+        "the error text, which keeps the copy skill practised on text it never saw",
     )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
@@ -227,6 +230,19 @@ def select_tasks(tasks: Sequence[TaskSpec], spec: BootstrapSpec) -> list[TaskSpe
     return chosen
 
 
+def scrambled_digits(value: str, rng: random.Random) -> str:
+    """``value`` with every digit redrawn (signs, points and separators kept): a number of the same shape that no
+    world holds, so copying it cannot be memorised."""
+    return "".join(str(rng.randrange(10)) if ch.isdigit() else ch for ch in value)
+
+
+def swap_value(rng: random.Random, donors: Sequence[str]) -> str:
+    """Another task's value of the same kind; a number has its digits redrawn too (the tokenizer splits digits, so
+    this is copy practice on sequences no world holds — what answering on held-out worlds needs)."""
+    value = rng.choice(donors)
+    return scrambled_digits(value, rng) if _is_number(value) else value
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -241,7 +257,7 @@ def draw_traces(
     """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed.
 
     A clean or recovered trace is value-swapped with probability ``spec.value_swap``: its last observed value becomes
-    another task's value of the same kind (number or text) from ``values``.
+    another task's value of the same kind from ``values`` (a number with its digits redrawn, ``swap_value``).
     """
     offered = offered_tools(spec.apps)
     rates = spec.noise.by_kind()
@@ -254,25 +270,26 @@ def draw_traces(
     applicable = {kind for kind, calls in candidates.items() if calls}
     wrong: dict[str, Trace] = {}  # one tool call per distinct wrong call
     # A recovery adds the wrong call's turn before the oracle's calls and answer: it must fit the turn budget.
-    recovers = spec.recover_after_error and len(clean.calls) + 2 <= spec.max_turns
+    recovers = len(clean.calls) + 2 <= spec.max_turns
     traces = []
     for index in range(spec.traces_per_task):
         rng = random.Random(f"{spec.seed}:{task.task_id}:{index}")
         kind = draw_noise(rng, rates, applicable)
         if kind is None:
             swap = donors and rng.random() < spec.value_swap
-            traces.append(swapped_trace(clean, rng.choice(donors)) if swap else clean)
+            traces.append(swapped_trace(clean, swap_value(rng, donors)) if swap else clean)
             continue
         call = rng.choice(candidates[kind])
-        key = json.dumps([kind, call], sort_keys=True)
+        recover = recovers and rng.random() < spec.recover_after_error
+        key = json.dumps([kind, call, recover], sort_keys=True)
         if key not in wrong:
-            wrong[key] = noisy_trace(task, world, kind, call, clean if recovers else None)
+            wrong[key] = noisy_trace(task, world, kind, call, clean if recover else None)
         trace = wrong[key]
         # A recovered trace ends as the clean one does (the oracle's calls, the value copied): swap it alike, or the
         # model memorises each task's value from these traces instead of copying it.
         recovered = len(trace.calls) > len(clean.calls)
         if recovered and donors and rng.random() < spec.value_swap:
-            trace = swapped_trace(trace, rng.choice(donors))
+            trace = swapped_trace(trace, swap_value(rng, donors))
         traces.append(trace)
     return traces
 

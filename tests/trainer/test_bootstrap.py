@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 import random
 import time
 from pathlib import Path
@@ -162,7 +163,8 @@ def test_value_swaps_teach_copying_the_observation(cell_task, world):
     traces = draw_traces(cell_task, world, spec, clean, values=["7", "12.5", "Acme Corp", clean.answer])
     swapped = [t for t in traces if t.swapped]
     assert len(swapped) / len(traces) == pytest.approx(0.5, abs=0.07)
-    assert {t.answer for t in swapped} == {"7", "12.5"}  # numbers for a numeric answer; never the task's own value
+    # numbers for a numeric answer, shaped like a donor ("7", "12.5") with the digits redrawn: values no world holds
+    assert all(re.fullmatch(r"\d|\d\d\.\d", t.answer) for t in swapped) and len({t.answer for t in swapped}) > 20
     assert all(t.calls[-1].observation == t.answer and t.calls[:-1] == clean.calls[:-1] for t in swapped)
     assert all(t == clean for t in traces if not t.swapped)
     with pytest.raises(ValueError, match="not its last observation"):
