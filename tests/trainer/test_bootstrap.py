@@ -2,8 +2,8 @@
 
 import asyncio
 import json
-import re
 import random
+import re
 import time
 from pathlib import Path
 
