@@ -11,6 +11,7 @@ user) nothing is published and nothing fails: the run folder stays the record of
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from collections.abc import Sequence
@@ -65,12 +66,18 @@ def publish_table(stage_folder: str, what: str, rows: Sequence[dict[str, Any]], 
 
 
 def publish_files(stage_folder: str, run_root: Path, files: dict[str, Path]) -> str | None:
-    """A markdown artifact listing the stage's files (plots, reports) by their path in the run folder."""
+    """A markdown artifact with the stage's plots inline (PNG as data URIs, so the UI shows them without access to
+    the run folder) and the path of every file in the run folder."""
     if not files:
         return None
-    lines = [f"# Stage {stage_folder}: files", "", f"Run folder: `{run_root.resolve()}`", ""]
-    lines += [f"- **{name}**: `{path.resolve()}`" for name, path in files.items()]
-    return publish_markdown(stage_folder, "files", "\n".join(lines) + "\n", "plots and reports in the run folder")
+    lines = [f"# Stage {stage_folder}: plots and files", "", f"Run folder: `{run_root.resolve()}`", ""]
+    for name, path in files.items():
+        lines.append(f"- **{name}**: `{path.resolve()}`")
+    for name, path in files.items():
+        if path.suffix == ".png" and path.is_file():
+            data = base64.b64encode(path.read_bytes()).decode()
+            lines += ["", f"## {name}", "", f"![{name}](data:image/png;base64,{data})"]
+    return publish_markdown(stage_folder, "plots", "\n".join(lines) + "\n", "plots and files of the stage")
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:

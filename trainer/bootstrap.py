@@ -73,7 +73,7 @@ from trainer.traces import (
     swapped_trace,
 )
 
-BOOTSTRAP_VERSION = "bootstrap-v4"
+BOOTSTRAP_VERSION = "bootstrap-v5"
 # Every prompt token costs a tiny model's training time: the base gets a one-line instruction, and the tool listing
 # (signatures only) follows it.
 SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
