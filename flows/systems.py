@@ -60,7 +60,10 @@ def systems(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                         section.steps_per_trial,
                         config.rollout.max_staleness,
                         config.seed,
-                        stage.dir / f"trial-{index}",
+                        stage.work_dir(
+                            f"trial-{index}",
+                            [knobs.label(), config.trainer.model_dump(mode="json"), section.model_dump(mode="json")],
+                        ),
                         stage.stage.folder,
                     )
                 )

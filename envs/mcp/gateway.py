@@ -34,7 +34,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--variant", type=BadVariant, choices=list(BadVariant), action="append", default=[], help="known-bad variant"
     )
     parser.add_argument("--apps", default=",".join(APP_NAMES), help=f"comma-separated subset of {','.join(APP_NAMES)}")
+    parser.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="default: INFO over HTTP; WARNING over stdio (a sandbox pool starts dozens of gateways)",
+    )
     args = parser.parse_args(argv)
+    args.log_level = args.log_level or ("WARNING" if args.transport is Transport.STDIO else "INFO")
     if not (args.world / "filesystem").is_dir():
         parser.error(f"--world {args.world}: no filesystem/ folder there (is it a world folder?)")
     args.apps = [app for app in args.apps.split(",") if app]
@@ -45,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format=log_format)
     server = build_gateway(World(args.world.resolve()), args.apps, frozenset(args.variant))
     logging.getLogger(__name__).info(
         "gateway on %s: apps %s, variants %s, transport %s",
