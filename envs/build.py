@@ -21,11 +21,13 @@ from pydantic import BaseModel, ValidationError
 from envs.loaders import load_jsonl, save_jsonl
 from envs.taskgen import generate_tasks
 from envs.types import Split, TaskSpec
-from envs.worlds import generate_worlds
+from envs.worlds import generate_worlds, world_ids
+from envs.worlds.generate import DEFAULT_WORLDS_PER_DOMAIN
 
 
 class EnvironmentManifest(BaseModel):
     seed: int
+    worlds_per_domain: int = DEFAULT_WORLDS_PER_DOMAIN
     world_ids: list[str]
     task_counts: dict[str, int]
     content_digest: str  # sha256 over every generated file (path and bytes): equal digests, equal environments
@@ -45,18 +47,22 @@ def content_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def build_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
-    """Generate all worlds and tasks into ``out`` (replacing what was there); return the manifest."""
+def build_environment(
+    out: Path, seed: int = 0, worlds_per_domain: int = DEFAULT_WORLDS_PER_DOMAIN
+) -> EnvironmentManifest:
+    """Generate all worlds and tasks into ``out`` (replacing what was there); return the manifest. Worlds past the
+    third of each domain are train worlds: more of them, more varied tasks to train on."""
     started = time.perf_counter()
     staging = out.with_name(out.name + ".building")
     shutil.rmtree(staging, ignore_errors=True)
-    facts = generate_worlds(staging / "worlds", seed=seed)
+    facts = generate_worlds(staging / "worlds", seed=seed, world_ids=world_ids(worlds_per_domain))
     tasks = generate_tasks(facts)
     for split in Split:
         save_jsonl([task for task in tasks if task.split == split], staging / "tasks" / f"{split}.jsonl")
     counts = Counter(f"{task.domain}/{task.tier}/{task.split}" for task in tasks)
     manifest = EnvironmentManifest(
         seed=seed,
+        worlds_per_domain=worlds_per_domain,
         world_ids=sorted(facts),
         task_counts=dict(sorted(counts.items())),
         content_digest=content_digest(staging),
@@ -85,12 +91,14 @@ def load_manifest(out: Path) -> EnvironmentManifest | None:
         return None
 
 
-def ensure_environment(out: Path, seed: int = 0) -> EnvironmentManifest:
-    """Reuse ``out`` when it was built with ``seed``; otherwise build it."""
+def ensure_environment(
+    out: Path, seed: int = 0, worlds_per_domain: int = DEFAULT_WORLDS_PER_DOMAIN
+) -> EnvironmentManifest:
+    """Reuse ``out`` when it was built with ``seed`` and ``worlds_per_domain``; otherwise build it."""
     manifest = load_manifest(out)
-    if manifest is not None and manifest.seed == seed:
+    if manifest is not None and (manifest.seed, manifest.worlds_per_domain) == (seed, worlds_per_domain):
         return manifest
-    return build_environment(out, seed=seed)
+    return build_environment(out, seed=seed, worlds_per_domain=worlds_per_domain)
 
 
 def load_tasks(out: Path, splits: tuple[Split, ...] = (Split.TRAIN, Split.HELDOUT)) -> list[TaskSpec]:

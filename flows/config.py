@@ -78,6 +78,8 @@ class EnvironmentSection(_Section):
     """Data folder: worlds + task sets (``recipe envs generate``); generated when missing."""
     seed: int = 0
     """Seed of the world and task generators."""
+    worlds_per_domain: int = Field(3, ge=3)
+    """Worlds per domain: world 3 is held out, 1, 2 and 4 … n are train worlds."""
 
 
 class PolicySource(StrEnum):
@@ -162,6 +164,18 @@ class SandboxSection(_Section):
     """Warm sandboxes per world in the de-risk stage's pool."""
     variants: tuple[BadVariant, ...] = ()
     """Known-bad tool variants served by the gateways (to prove the de-risk gate catches them)."""
+
+
+class AlertsSection(_Section):
+    webhook_url: str | None = None
+    """Where a failed nightly gate is reported: a JSON POST (run, stage, the failed criteria); none: no alert."""
+    timeout_s: float = Field(10.0, gt=0)
+
+
+class ScheduleSection(_Section):
+    nightly_cron: str = "0 2 * * *"
+    """When the nightly overfit gate runs (cron, in ``timezone``)."""
+    timezone: str = "UTC"
 
 
 # --- training --------------------------------------------------------------------------------------------------------
@@ -408,6 +422,8 @@ class RecipeConfig(_Section):
     engine: EngineSection = EngineSection()
     judge: JudgeSection = JudgeSection()
     sandbox: SandboxSection = SandboxSection()
+    alerts: AlertsSection = AlertsSection()
+    schedule: ScheduleSection = ScheduleSection()
     harness: dict[str, Any] = Field(default_factory=dict)
     """Changes to the policy's harness (``HarnessConfig`` fields) for every rollout of this run."""
     trainer: TrainerConfig = TrainerConfig(lr=1e-4)
@@ -433,6 +449,38 @@ class RecipeConfig(_Section):
 
     def stage(self, name: StageName) -> BaseModel:
         return getattr(self.stages, name.value)
+
+
+class RunChanges(BaseModel):
+    """The changes to a profile most often made for one run, as typed fields (the Prefect UI shows them as a form);
+    unset fields keep the profile's value. Anything else: ``overrides`` (KEY=VALUE)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    overfit_steps: int | None = Field(None, ge=1)
+    """Optimizer steps of the overfit gate (stages.overfit.steps)."""
+    overfit_min_reward_gain: float | None = None
+    """The overfit gate's bar: subset reward after − before (stages.overfit.thresholds.min_reward_gain)."""
+    hero_steps: int | None = Field(None, ge=1)
+    """Optimizer steps of the hero run (stages.hero.steps)."""
+    hero_min_ci_low: float | None = None
+    """The hero gate's bar: the low end of the held-out Pass@1 gain's CI (stages.hero.thresholds.min_ci_low)."""
+    learning_rate: float | None = Field(None, gt=0)
+    """AdamW peak learning rate (trainer.lr)."""
+    engine_url: str | None = None
+    """A vLLM-compatible engine to generate with (sets backends.engine=openai and engine.url); empty: the local one."""
+
+    def overrides(self) -> list[str]:
+        paths = {
+            "overfit_steps": "stages.overfit.steps",
+            "overfit_min_reward_gain": "stages.overfit.thresholds.min_reward_gain",
+            "hero_steps": "stages.hero.steps",
+            "hero_min_ci_low": "stages.hero.thresholds.min_ci_low",
+            "learning_rate": "trainer.lr",
+            "engine_url": "engine.url",
+        }
+        changes = [f"{paths[name]}={value}" for name, value in self.model_dump(exclude_none=True).items()]
+        return changes + (["backends.engine=openai"] if self.engine_url else [])
 
 
 def section_digest(value: Any) -> str:

@@ -40,7 +40,7 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         config, section, name = stage.config, stage.section, stage.stage.value
         data = config.environment.data
         with stage.timed("environment"):
-            prepare_environment(data, config.environment.seed)
+            prepare_environment(data, config.environment.seed, config.environment.worlds_per_domain)
             everything = load_tasks(data)
             validate(Suite.TASK_SET, task_frame(everything))
         with stage.timed("policy"):

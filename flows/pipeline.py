@@ -24,7 +24,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed, State
 
 from flows.ablations import ablations
-from flows.config import RecipeConfig, StageName, apply_overrides, load_profile, validate_config
+from flows.config import RecipeConfig, RunChanges, StageName, apply_overrides, load_profile, validate_config
 from flows.derisk import derisk
 from flows.hero import hero
 from flows.overfit import overfit
@@ -33,6 +33,7 @@ from flows.systems import systems
 from flows.tito import tito
 from flows.transfer import transfer
 from tasks.artifacts import log, publish_table
+from tasks.concurrency import ensure_gpu_limit
 from tasks.run_store import RunStore, StageManifest, StageStatus, now
 
 STAGE_FLOWS = {
@@ -88,16 +89,29 @@ def _default_run_id(profile: str | None) -> str | None:
 def pipeline(
     profile: str | None = "local",
     resume: str | None = None,
+    changes: RunChanges | None = None,
     overrides: list[str] | None = None,
     stop_after: StageName | None = None,
     runs_root: str = str(DEFAULT_RUNS_ROOT),
 ) -> dict[str, Any] | State:
-    """The seven gated stages in order; stops at the first that does not pass (see the module docstring)."""
+    """The seven gated stages in order; stops at the first that does not pass (see the module docstring).
+
+    Args:
+        profile: A profile in deployments/profiles (smoke, local, qwen36-35b, qwen35-397b) or a YAML path. With
+            resume, only given to replace the run's stored config.
+        resume: A run id (or folder) to run again: stages that passed with the same inputs are reused.
+        changes: Typed changes to the profile for this run (steps, bars, learning rate, engine URL).
+        overrides: Any other change, KEY=VALUE with a dotted path, e.g. stages.overfit.subset_size=8.
+        stop_after: Stop after this stage (when it passed).
+        runs_root: The folder of run folders.
+    """
+    settings = [*(changes.overrides() if changes else []), *(overrides or [])]
     store, config = open_pipeline_run(
-        profile, resume, overrides or [], Path(runs_root), None if resume else _default_run_id(profile)
+        profile, resume, settings, Path(runs_root), None if resume else _default_run_id(profile)
     )
     root = str(store.root)
     log("run %s (%s) in %s", store.run_id, config.profile, root)
+    ensure_gpu_limit()
     outcome: dict[str, str] = {}
     stages = list(StageName)
     for position, stage in enumerate(stages):

@@ -32,9 +32,9 @@ class PolicyError(RecipeError, ValueError):
 
 
 @task(name="environment", cache_policy=NO_CACHE)
-def prepare_environment(data: Path, seed: int) -> dict[str, Any]:
+def prepare_environment(data: Path, seed: int, worlds_per_domain: int) -> dict[str, Any]:
     """Worlds and task sets in ``data`` for ``seed``; returns the manifest's counts."""
-    manifest = ensure_environment(data, seed=seed)
+    manifest = ensure_environment(data, seed=seed, worlds_per_domain=worlds_per_domain)
     log("environment %s: %d worlds, %d tasks", data, len(manifest.world_ids), sum(manifest.task_counts.values()))
     return {
         "worlds": len(manifest.world_ids),

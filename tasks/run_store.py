@@ -234,3 +234,16 @@ def _read_model(path: Path, model: type[M]) -> M:
         raise RunStoreError(f"{path} is not valid JSON: {error}") from None
     except ValidationError as error:
         raise RunStoreError(f"{path} is not a {model.__name__}: {error.errors()[0]['msg']}") from None
+
+
+def runs_of(runs_root: Path, profile: str) -> list[RunStore]:
+    """Every run folder of ``profile`` under ``runs_root``, oldest first (a damaged one is skipped)."""
+    found = []
+    for path in sorted(runs_root.glob(f"*/{RUN_FILE}")):
+        try:
+            info = _read_model(path, RunInfo)
+        except RunStoreError:
+            continue
+        if info.profile == profile:
+            found.append((info.created_at, RunStore(path.parent)))
+    return [store for _, store in sorted(found, key=lambda pair: pair[0])]

@@ -1,6 +1,7 @@
 """Training tasks: the synchronous or fully-async loop on the local trainer and engine, recorded in the catalog.
 
-``train`` runs (or resumes, from the newest checkpoint under ``out_dir``) one loop and records every step
+``train`` runs (or resumes, from the newest checkpoint under ``out_dir``) one loop, holding a slot of the global
+concurrency limit ``gpu`` (``tasks.concurrency``) while it trains, and records every step
 (``train_steps``) and every rollout it generated (``trajectories``, with the step) as they happen, with a progress
 artifact; it returns the loop's history and the final policy folder (the last checkpoint's ``policy/``, which
 carries the harness it was trained with).
@@ -23,6 +24,7 @@ from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec, Trajectory
 from tasks.artifacts import ProgressArtifact
 from tasks.catalog import Catalog
+from tasks.concurrency import gpu_slot
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, RuntimeKind, StepRecord, SyncLoopConfig
@@ -112,7 +114,8 @@ def train(
         def on_rollouts(step: int, trajectories: list[Trajectory]) -> None:
             catalog.add_trajectories(stage, f"train/{label}", label, trajectories, by_id, step=step)
 
-        history = run(policy_dir, tasks, worlds_root, config, out_dir, on_step, on_rollouts=on_rollouts)
+        with gpu_slot(f"train-{label}"):
+            history = run(policy_dir, tasks, worlds_root, config, out_dir, on_step, on_rollouts=on_rollouts)
     # Steps done before a resume (a killed run's checkpoint) are in the history, not yet in this catalog.
     earlier = [_step_row(stage, label, r) for r in history.steps if r.step not in recorded]
     catalog.append("train_steps", earlier)

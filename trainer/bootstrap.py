@@ -54,6 +54,7 @@ from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy
 from envs.harness.tools import LocalToolSession
 from envs.oracle import require_oracle
 from envs.types import Split, TaskSpec, Tier
+from envs.worlds import world_index
 from trainer.engine import Engine, EngineConfig
 from trainer.model import TinyModelSpec, build_tiny_model, load_policy, save_policy
 from trainer.rollout_eval import PassRow, evaluate_pass_at_1
@@ -128,6 +129,11 @@ class BootstrapSpec(BaseModel):
     )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
+    worlds: tuple[int, ...] | None = Field(
+        None,
+        description="imitate only the train tasks of these world numbers (e.g. [1, 2]: worlds 4, 5, … then stay new "
+        "to the base, for RL to train on); None: every train world",
+    )
     train_task_limit: int | None = Field(
         None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
     )
@@ -223,7 +229,10 @@ def select_tasks(tasks: Sequence[TaskSpec], spec: BootstrapSpec) -> list[TaskSpe
     chosen = [
         task
         for task in tasks
-        if task.tier in spec.tiers and task.oracle and {step.tool for step in require_oracle(task).steps} <= offered
+        if task.tier in spec.tiers
+        and task.oracle
+        and {step.tool for step in require_oracle(task).steps} <= offered
+        and (spec.worlds is None or task.split is Split.HELDOUT or world_index(task.world_id) in spec.worlds)
     ]
     if not chosen:
         raise ValueError(f"no task of tiers {list(spec.tiers)} can be solved with the apps {list(spec.apps)}")

@@ -1,11 +1,19 @@
 """Synthetic company worlds (investment banking, management consulting, corporate law) and their ground truth.
 
-``generate_worlds(dest_root, seed)`` writes ib-1..3, mc-1..3 and law-1..3 (world 3 of each domain is held out) and
-returns a ``WorldFacts`` per world for the task generators.
+``generate_worlds(dest_root, seed)`` writes ib-1..3, mc-1..3 and law-1..3 (world 3 of each domain is held out; with
+``world_ids(n)``, worlds 4..n of each domain are more train worlds) and returns a ``WorldFacts`` per world for the
+task generators.
 """
 
 from envs.worlds.facts import CellFact, PdfFacts, TextFact, WorldFacts
-from envs.worlds.generate import WORLD_IDS, generate_world, generate_worlds, is_heldout_world
+from envs.worlds.generate import (
+    WORLD_IDS,
+    generate_world,
+    generate_worlds,
+    is_heldout_world,
+    world_ids,
+    world_index,
+)
 
 __all__ = [
     "WORLD_IDS",
@@ -16,4 +24,6 @@ __all__ = [
     "generate_world",
     "generate_worlds",
     "is_heldout_world",
+    "world_ids",
+    "world_index",
 ]

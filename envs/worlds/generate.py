@@ -27,15 +27,30 @@ BUILDERS: dict[str, tuple[Domain, Builder]] = {
     "mc": (Domain.MANAGEMENT_CONSULTING, mc.build),
     "law": (Domain.CORPORATE_LAW, law.build),
 }
-WORLD_IDS = tuple(f"{prefix}-{index}" for prefix in BUILDERS for index in (1, 2, 3))
 HELDOUT_WORLD_INDEX = 3
-"""World 3 of every domain is held out: none of its tasks is ever trained on."""
+"""World 3 of every domain is held out: none of its tasks is ever trained on (worlds 4, 5, … train)."""
+DEFAULT_WORLDS_PER_DOMAIN = 3
+
+
+def world_ids(worlds_per_domain: int = DEFAULT_WORLDS_PER_DOMAIN) -> tuple[str, ...]:
+    """``ib-1 … ib-n``, ``mc-1 …``, ``law-1 …``: n worlds per domain; n ≥ 3 so that world 3 is held out."""
+    if worlds_per_domain < HELDOUT_WORLD_INDEX:
+        raise ValueError(f"need at least {HELDOUT_WORLD_INDEX} worlds per domain (world 3 is held out)")
+    return tuple(f"{prefix}-{index}" for prefix in BUILDERS for index in range(1, worlds_per_domain + 1))
+
+
+WORLD_IDS = world_ids()
 
 _WORLD_ID = re.compile(r"^(?P<prefix>[a-z]+)-(?P<index>[1-9][0-9]*)$")
 
 
 def is_heldout_world(world_id: str) -> bool:
-    return int(_parse(world_id)[1]) == HELDOUT_WORLD_INDEX
+    return world_index(world_id) == HELDOUT_WORLD_INDEX
+
+
+def world_index(world_id: str) -> int:
+    """``ib-4`` → 4."""
+    return int(_parse(world_id)[1])
 
 
 def _parse(world_id: str) -> tuple[str, str]:
@@ -83,7 +98,7 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
 
 
 def generate_worlds(dest_root: Path, seed: int = 0, world_ids: Iterable[str] | None = None) -> dict[str, WorldFacts]:
-    """Generate every world (default: all nine) into ``dest_root/<world_id>``; facts keyed by world id."""
+    """Generate every world (default: the nine of ``WORLD_IDS``) into ``dest_root/<world_id>``; facts by world id."""
     return {world_id: generate_world(world_id, dest_root / world_id, seed) for world_id in (world_ids or WORLD_IDS)}
 
 

@@ -23,7 +23,7 @@ console = Console()
 def _envs_generate(args: argparse.Namespace) -> int:
     from envs.build import build_environment
 
-    manifest = build_environment(Path(args.out), seed=args.seed)
+    manifest = build_environment(Path(args.out), seed=args.seed, worlds_per_domain=args.worlds_per_domain)
     table = Table(title=f"environment written to {args.out} in {manifest.generation_seconds:.2f} s")
     for column in ("domain", "tier", "split", "tasks"):
         table.add_column(column)
@@ -76,6 +76,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     generate = envs.add_parser("generate", help="write worlds and task sets")
     generate.add_argument("--out", default="data", help="data folder (default: data)")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument(
+        "--worlds-per-domain", type=int, default=3, help="world 3 is held out; 1, 2 and 4+ train (default: 3)"
+    )
     generate.set_defaults(handler=_envs_generate)
 
     check = envs.add_parser("check", help="run and grade every oracle")

@@ -1,0 +1,53 @@
+"""The global concurrency limit ``gpu``: two runs never share one accelerator.
+
+Every piece of GPU-bound work (on the local profile: the trainer's loops) holds a slot of the Prefect global
+concurrency limit ``gpu`` while it runs; the limit (1 slot by default: one accelerator) is created when missing.
+Outside a Prefect run, or against a server that cannot be reached, the work runs without a slot — a library user
+calling the tasks' functions directly is not made to run a server.
+
+    ensure_gpu_limit()            # at the start of a pipeline run, or by `recipe serve`
+    with gpu_slot("train-overfit"):
+        run_loop()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tasks.artifacts import in_prefect_run, log
+
+GPU_LIMIT = "gpu"
+DEFAULT_GPU_SLOTS = 1
+SLOT_LEASE_S = 3600.0
+"""A slot's lease, renewed while the work runs; a crashed holder frees its slot after this."""
+
+
+def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> bool:
+    """Create the ``gpu`` global concurrency limit when it does not exist; True when it exists afterwards."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(GPU_LIMIT)
+            return True
+        except ObjectNotFound:
+            client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=GPU_LIMIT, limit=slots))
+            log("created the global concurrency limit %r with %d slot(s)", GPU_LIMIT, slots)
+            return True
+
+
+@contextmanager
+def gpu_slot(holder: str) -> Iterator[None]:
+    """Hold one slot of ``gpu`` for the block (waits while another run holds it)."""
+    if not in_prefect_run():
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    log("%s: waiting for a %r slot", holder, GPU_LIMIT)
+    with concurrency(GPU_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S, strict=True):
+        log("%s: holds a %r slot", holder, GPU_LIMIT)
+        yield
