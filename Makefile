@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench learn lint clean test-vllm
+.PHONY: install demo test test-slow test-browser bench learn lint clean test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -32,6 +32,13 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -m slow
+
+# The Prefect UI in a real browser: Debian's chromium (apt) driven by Playwright (its own browser download is not
+# reachable here); screenshots under the test's tmp folder, or RL_RECIPE_SCREENSHOTS.
+test-browser: install
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	$(PIP) install -q -e ".[browser]" "$(TORCH_PIN)"
+	$(PY) -m pytest -m browser tests/integration/test_browser.py
 
 bench: install
 	$(PY) -m benchmarks

@@ -455,7 +455,7 @@ class RunChanges(BaseModel):
     """The changes to a profile most often made for one run, as typed fields (the Prefect UI shows them as a form);
     unset fields keep the profile's value. Anything else: ``overrides`` (KEY=VALUE)."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     overfit_steps: int | None = Field(None, ge=1)
     """Optimizer steps of the overfit gate (stages.overfit.steps)."""

@@ -43,7 +43,7 @@ def landed_overrides(runs_root: Path, profile: str) -> list[str]:
 def alert_on_failure(flow: Flow, flow_run: FlowRun, state: State) -> None:
     """Flow-run hook: post the failure to the profile's webhook (nothing when it has none)."""
     profile = flow_run.parameters.get("profile", "local")
-    alerts = load_profile(profile, flow_run.parameters.get("overrides") or []).alerts
+    alerts = load_profile(profile, list(flow_run.parameters.get("overrides") or ())).alerts
     if not alerts.webhook_url:
         return
     payload: dict[str, Any] = {
@@ -59,7 +59,7 @@ def alert_on_failure(flow: Flow, flow_run: FlowRun, state: State) -> None:
 
 @flow(name="nightly-overfit-gate", log_prints=True, on_failure=[alert_on_failure])
 def nightly_overfit(
-    profile: str = "local", overrides: list[str] | None = None, runs_root: str = str(DEFAULT_RUNS_ROOT)
+    profile: str = "local", overrides: tuple[str, ...] = (), runs_root: str = str(DEFAULT_RUNS_ROOT)
 ) -> dict[str, Any] | State:
     """The overfit gate of the latest landed config against the current code; alerts the profile's webhook when it
     fails.
@@ -69,7 +69,7 @@ def nightly_overfit(
         overrides: Changes to the profile, KEY=VALUE (e.g. alerts.webhook_url=https://...), after the landed arm's.
         runs_root: The folder of run folders, where the landed arm is looked up and the new run is written.
     """
-    changes = [*landed_overrides(Path(runs_root), profile), *(overrides or [])]
+    changes = (*landed_overrides(Path(runs_root), profile), *overrides)
     state = pipeline(
         profile=profile, overrides=changes, stop_after=StageName.OVERFIT, runs_root=runs_root, return_state=True
     )

@@ -89,9 +89,9 @@ def _default_run_id(profile: str | None) -> str | None:
 def pipeline(
     profile: str | None = "local",
     resume: str | None = None,
-    changes: RunChanges | None = None,
-    overrides: list[str] | None = None,
-    stop_after: StageName | None = None,
+    changes: RunChanges = RunChanges(),  # noqa: B008 (a frozen default: the UI shows its fields as the form)
+    overrides: tuple[str, ...] = (),
+    stop_after: StageName = StageName.TRANSFER,
     runs_root: str = str(DEFAULT_RUNS_ROOT),
 ) -> dict[str, Any] | State:
     """The seven gated stages in order; stops at the first that does not pass (see the module docstring).
@@ -102,10 +102,10 @@ def pipeline(
         resume: A run id (or folder) to run again: stages that passed with the same inputs are reused.
         changes: Typed changes to the profile for this run (steps, bars, learning rate, engine URL).
         overrides: Any other change, KEY=VALUE with a dotted path, e.g. stages.overfit.subset_size=8.
-        stop_after: Stop after this stage (when it passed).
+        stop_after: The last stage to run (default: transfer, the seventh).
         runs_root: The folder of run folders.
     """
-    settings = [*(changes.overrides() if changes else []), *(overrides or [])]
+    settings = [*changes.overrides(), *overrides]
     store, config = open_pipeline_run(
         profile, resume, settings, Path(runs_root), None if resume else _default_run_id(profile)
     )

@@ -9,20 +9,16 @@ folder without re-running the stages that passed; every stage's artifacts are on
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from envs.build import build_environment
-from envs.net import free_port, serve_in_thread
+from envs.net import serve_in_thread
 from tasks.run_store import RunStore, StageStatus
 
 pytestmark = pytest.mark.integration
@@ -34,69 +30,10 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 STAGES = ("derisk", "tito", "systems", "overfit", "ablations", "hero", "transfer")
 
 
-def wait_for(check, timeout_s: float, what: str, every_s: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(every_s)
-    raise TimeoutError(f"{what}: not within {timeout_s:g} s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[dict[str, str]]:
-    home = tmp_path_factory.mktemp("prefect-server")
-    port = free_port()
-    env = os.environ | {
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    }
-    log = (home / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "server", "--port", str(port)], env=env, cwd=REPO, stdout=log, stderr=log
-    )
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{env['PREFECT_API_URL']}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(healthy, START_TIMEOUT_S, "prefect server start")
-        yield env
-    finally:
-        stop(process)
-
-
-def api(env: dict[str, str], method: str, path: str, **kwargs: Any) -> Any:
-    response = httpx.request(method, f"{env['PREFECT_API_URL']}{path}", timeout=30, **kwargs)
-    response.raise_for_status()
-    return response.json() if response.content else None
-
-
-@pytest.fixture(scope="module")
-def served(server, tmp_path_factory) -> Iterator[dict[str, str]]:
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--profile", "smoke"], env=server, cwd=REPO, stdout=log, stderr=log
-    )
-    try:
-        wait_for(lambda: len(api(server, "POST", "/deployments/filter", json={})) >= 9, START_TIMEOUT_S, "recipe serve")
-        yield server
-    finally:
-        stop(process)
+def served(prefect_server, ops, tmp_path_factory) -> Iterator[dict[str, str]]:
+    with ops.serve(prefect_server, "smoke", tmp_path_factory.mktemp("serve") / "serve.log"):
+        yield prefect_server
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +61,7 @@ def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
         yield f"{url}/hook", received
 
 
-def deployment_run(env: dict[str, str], name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+def deployment_run(ops, env: dict[str, str], name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """`prefect deployment run NAME --params ... --watch`, then the flow run as the API reports it."""
     done = subprocess.run(
         [PREFECT, "deployment", "run", name, "--params", json.dumps(parameters), "--watch"],
@@ -136,20 +73,20 @@ def deployment_run(env: dict[str, str], name: str, parameters: dict[str, Any]) -
     )
     marker = "UUID: "
     [flow_run_id] = [line.split(marker)[1].strip() for line in done.stdout.splitlines() if marker in line][:1]
-    return api(env, "GET", f"/flow_runs/{flow_run_id}")
+    return ops.api(env, "GET", f"/flow_runs/{flow_run_id}")
 
 
-def wait_terminal(env: dict[str, str], flow_run_id: str, after: str | None = None) -> dict[str, Any]:
+def wait_terminal(ops, env: dict[str, str], flow_run_id: str, after: str | None = None) -> dict[str, Any]:
     def finished() -> dict[str, Any] | None:
-        run = api(env, "GET", f"/flow_runs/{flow_run_id}")
+        run = ops.api(env, "GET", f"/flow_runs/{flow_run_id}")
         terminal = run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
         return run if terminal and run["state"]["id"] != after else None
 
-    return wait_for(finished, RUN_TIMEOUT_S, f"flow run {flow_run_id}", every_s=2.0)
+    return ops.wait_for(finished, RUN_TIMEOUT_S, f"flow run {flow_run_id}", every_s=2.0)
 
 
-def test_serve_registers_the_deployments_with_typed_forms_and_the_nightly_cron(served) -> None:
-    deployments = {d["name"]: d for d in api(served, "POST", "/deployments/filter", json={})}
+def test_serve_registers_the_deployments_with_typed_forms_and_the_nightly_cron(served, ops) -> None:
+    deployments = {d["name"]: d for d in ops.api(served, "POST", "/deployments/filter", json={})}
     assert {"pipeline", "nightly-overfit-gate", *STAGES} <= set(deployments)
     form = deployments["pipeline"]["parameter_openapi_schema"]
     assert deployments["pipeline"]["parameters"] == {"profile": "smoke"}  # the form opens on the served profile
@@ -159,53 +96,55 @@ def test_serve_registers_the_deployments_with_typed_forms_and_the_nightly_cron(s
     assert "Optimizer steps of the overfit gate" in changes["overfit_steps"]["description"]
     [schedule] = deployments["nightly-overfit-gate"]["schedules"]
     assert schedule["schedule"]["cron"] == "0 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
-    [limit] = [g for g in api(served, "POST", "/v2/concurrency_limits/filter", json={}) if g["name"] == "gpu"]
+    [limit] = [g for g in ops.api(served, "POST", "/v2/concurrency_limits/filter", json={}) if g["name"] == "gpu"]
     assert limit["limit"] == 1
 
 
-def test_the_nightly_gate_runs_and_a_forced_failure_alerts(served, data, receiver, tmp_path) -> None:
+@pytest.mark.timeout(RUN_TIMEOUT_S * 2)  # two overfit runs; the first may bootstrap the smoke base
+def test_the_nightly_gate_runs_and_a_forced_failure_alerts(served, ops, data, receiver, tmp_path) -> None:
     url, received = receiver
     base = [f"environment.data={data}"]
     passed = deployment_run(
-        served, "nightly-overfit-gate/nightly-overfit-gate", {"overrides": base, "runs_root": str(tmp_path)}
+        ops, served, "nightly-overfit-gate/nightly-overfit-gate", {"overrides": base, "runs_root": str(tmp_path)}
     )
     assert passed["state"]["type"] == "COMPLETED", passed["state"]
     assert not received
     failing = [*base, "stages.overfit.thresholds.min_reward_gain=1.0", f"alerts.webhook_url={url}"]
     failed = deployment_run(
-        served, "nightly-overfit-gate/nightly-overfit-gate", {"overrides": failing, "runs_root": str(tmp_path)}
+        ops, served, "nightly-overfit-gate/nightly-overfit-gate", {"overrides": failing, "runs_root": str(tmp_path)}
     )
     assert failed["state"]["type"] == "FAILED"
-    wait_for(lambda: received, 30, "the alert")
+    ops.wait_for(lambda: received, 30, "the alert")
     [alert] = received
     assert alert["flow_run_id"] == failed["id"] and "subset reward gain" in alert["message"]
     assert "nightly-overfit-gate failed (smoke)" in alert["text"]
 
 
-def test_a_ui_retry_reuses_the_stages_that_passed(served, data, tmp_path) -> None:
+@pytest.mark.timeout(RUN_TIMEOUT_S * 2)
+def test_a_ui_retry_reuses_the_stages_that_passed(served, ops, data, tmp_path) -> None:
     parameters = {
         "overrides": [f"environment.data={data}", "stages.overfit.thresholds.min_reward_gain=1.0"],
         "stop_after": "overfit",
         "runs_root": str(tmp_path),
     }
-    first = deployment_run(served, "pipeline/pipeline", parameters)
+    first = deployment_run(ops, served, "pipeline/pipeline", parameters)
     assert first["state"]["type"] == "FAILED" and first["state"]["name"] == "GateFailed"
     [folder] = [p.parent for p in tmp_path.glob("*/run.json")]
     before = {m.folder: m for m in RunStore(folder).manifests()}
     assert [m.status for m in before.values()][:4] == [StageStatus.PASSED] * 3 + [StageStatus.GATE_FAILED]
     # What the UI's Retry button sends: the failed run back to Scheduled, named AwaitingRetry.
-    api(
+    ops.api(
         served,
         "POST",
         f"/flow_runs/{first['id']}/set_state",
         json={"state": {"type": "SCHEDULED", "name": "AwaitingRetry"}, "force": True},
     )
-    again = wait_terminal(served, first["id"], after=first["state"]["id"])
+    again = wait_terminal(ops, served, first["id"], after=first["state"]["id"])
     assert again["run_count"] == 2 and again["state"]["name"] == "GateFailed"
     after = {m.folder: m for m in RunStore(folder).manifests()}
     for stage in ("1-derisk", "2-tito", "3-systems"):
         assert after[stage] == before[stage]  # reused, not re-run: the manifest is untouched
     assert after["4-overfit"].attempt == before["4-overfit"].attempt + 1
-    keys = {a["key"] for a in api(served, "POST", "/artifacts/filter", json={})}
+    keys = {a["key"] for a in ops.api(served, "POST", "/artifacts/filter", json={})}
     assert {f"stage-{n}-{s}-gate" for n, s in enumerate(STAGES[:4], start=1)} <= keys
     assert {"stage-1-derisk-plots", "stage-4-overfit-metrics"} <= keys
