@@ -202,7 +202,8 @@ class RolloutSection(_Section):
 
 
 class ClusterSection(_Section):
-    """Where the GPU work runs on a cluster profile (RECIPE "Hero configuration"); read by the SkyRL backend."""
+    """Where the GPU work runs on a cluster profile (RECIPE "Hero configuration"); read by the SkyRL backend and
+    sized by ``recipe plan``."""
 
     ray_address: str | None = None
     gpus_per_node: int = Field(8, ge=1)
@@ -216,7 +217,12 @@ class ClusterSection(_Section):
     megatron_pipeline_parallel: int = Field(1, ge=1)
     megatron_context_parallel: int = Field(1, ge=1)
     gpu_memory_gib: float = Field(141.0, gt=0)
+    """Memory of one GPU (H200: 141)."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    """Share of an engine GPU's memory vLLM may use for weights, activations and KV cache."""
+    hf_config: Path | None = None
+    """The policy's Hugging Face ``config.json`` (architecture only) that ``recipe plan`` sizes; a relative path is
+    taken from the working directory, else from the repository root."""
 
 
 # --- stages ----------------------------------------------------------------------------------------------------------
