@@ -13,7 +13,6 @@ the final answer; file criteria read the after-world (``file_unchanged`` compare
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
@@ -29,6 +28,7 @@ from envs.apps.base import ToolError
 from envs.apps.docs import document_text
 from envs.apps.sheets import Book, computed_value, format_value
 from envs.apps.slides import deck_text
+from envs.jsonio import JsonError, parse_json
 from envs.paths import PathEscapeError, resolve_inside
 from envs.types import (
     AnswerContainsAll,
@@ -397,8 +397,8 @@ def read_verifier_reward(world: Path) -> float:
     if not json_file.is_file():
         raise _Unmet(f"the verifier wrote neither {VERIFIER_LOGS}/reward.txt nor reward.json")
     try:
-        data = json.loads(json_file.read_text(errors="replace"))
-    except json.JSONDecodeError as exc:
+        data = parse_json(json_file.read_text(errors="replace"))
+    except JsonError as exc:
         raise _Unmet(f"{VERIFIER_LOGS}/reward.json is not valid JSON: {exc}") from None
     if isinstance(data, dict) and "reward" in data:
         data = {"reward": data["reward"]}

@@ -15,7 +15,6 @@ reason. Loading is all or nothing: a file with one bad row loads no task.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import tomllib
@@ -25,6 +24,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envs.jsonio import JsonError, json_line, json_lines, parse_json
 from envs.types import Criterion, Domain, LlmJudge, Oracle, OracleStep, TaskSpec, VerifierReward
 
 _CRITERION_KINDS = frozenset(member.model_fields["kind"].default for member in get_args(get_args(Criterion)[0]))
@@ -83,17 +83,13 @@ def _read_text(path: Path) -> str:
 
 
 def _json_lines(path: Path) -> list[tuple[str, Any]]:
-    """(``line N``, parsed object) for every non-blank line."""
+    """(``line N``, parsed object) for every non-blank line (lines end at ``\\n`` only, see ``envs.jsonio``)."""
     rows = []
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in json_lines(_read_text(path)):
         try:
-            rows.append((f"line {number}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise TaskLoadError(
-                path, [(None, f"invalid JSON: {exc.msg} at column {exc.colno}")], f"line {number}"
-            ) from None
+            rows.append((f"line {number}", parse_json(line)))
+        except JsonError as exc:
+            raise TaskLoadError(path, [(None, f"invalid JSON: {exc}")], f"line {number}") from None
     return rows
 
 
@@ -119,7 +115,8 @@ def load_jsonl(path: Path) -> list[TaskSpec]:
 
 
 def save_jsonl(tasks: Iterable[TaskSpec], path: Path) -> None:
-    """Write one task per line, atomically (temp file in the same folder, then ``os.replace``)."""
+    """Write one task per line, non-ASCII escaped (``envs.jsonio.json_line``), atomically (temp file in the same
+    folder, then ``os.replace``)."""
     tasks = list(tasks)
     seen: set[str] = set()
     for task in tasks:
@@ -130,7 +127,7 @@ def save_jsonl(tasks: Iterable[TaskSpec], path: Path) -> None:
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.writelines(task.model_dump_json() + "\n" for task in tasks)
+            handle.writelines(json_line(task.model_dump(mode="json")) for task in tasks)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, path)
@@ -224,11 +221,9 @@ def load_apex(path: Path) -> list[TaskSpec]:
     text = _read_text(path)
     if text.lstrip().startswith("["):
         try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TaskLoadError(
-                path, [(None, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")]
-            ) from None
+            rows = parse_json(text)
+        except JsonError as exc:
+            raise TaskLoadError(path, [(None, f"invalid JSON: {exc}")]) from None
         numbered = [(f"row {number}", row) for number, row in enumerate(rows, start=1)]
     else:
         numbered = _json_lines(path)
@@ -279,7 +274,9 @@ def _harbor_toml(task_dir: Path) -> _HarborToml:
         raise TaskLoadError(task_dir, [("task.toml", "is missing")])
     try:
         data = tomllib.loads(_read_text(toml_path))
-    except tomllib.TOMLDecodeError as exc:
+    except RecursionError:
+        raise TaskLoadError(toml_path, [(None, "invalid TOML: arrays / tables nested too deep")]) from None
+    except ValueError as exc:  # TOMLDecodeError, or an integer past Python's int↔str digit limit
         raise TaskLoadError(toml_path, [(None, f"invalid TOML: {exc}")]) from None
     try:
         return _HarborToml.model_validate(data)

@@ -19,7 +19,6 @@ can be checked by hand: a smoke-level regression check, not a benchmark.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import string
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.jsonio import JsonError, json_lines, parse_json
 from evals.stats import estimate
 from evals.types import Estimate, TrialResult
 
@@ -114,13 +114,11 @@ def load_mcq(path: Path) -> list[McqRow]:
     if not path.is_file():
         raise McqLoadError(f"{path}: no such file")
     rows: list[McqRow] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in json_lines(path.read_text(encoding="utf-8")):
         try:
-            rows.append(_row(json.loads(line), number))
-        except json.JSONDecodeError as error:
-            raise McqLoadError(f"{path}, line {number}: invalid JSON: {error.msg}") from None
+            rows.append(_row(parse_json(line), number))
+        except JsonError as error:
+            raise McqLoadError(f"{path}, line {number}: invalid JSON: {error}") from None
         except ValueError as error:
             raise McqLoadError(f"{path}, line {number}: {error}") from None
     if not rows:

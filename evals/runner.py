@@ -64,6 +64,7 @@ from envs.harness.agent import EnvFactory, HarnessConfig, run_group
 from envs.harness.chat import initial_messages, prompt_ids
 from envs.harness.engine_client import EngineRejected
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness
+from envs.jsonio import json_line
 from envs.types import ErrorClass, Split, StopReason, TaskSpec, Trajectory
 from evals.stats import summarize
 from evals.types import Summary, TrialResult
@@ -392,7 +393,7 @@ ProgressFn = Callable[[Progress], None]
 
 
 def _append_line(handle: IO[str], obj: dict[str, Any]) -> None:
-    handle.write(json.dumps(obj) + "\n")
+    handle.write(json_line(obj))
     handle.flush()
     os.fsync(handle.fileno())
 

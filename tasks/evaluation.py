@@ -20,6 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from envs.harness.policy import PolicyHarness
+from envs.jsonio import json_lines
 from envs.loaders import save_jsonl
 from envs.types import TaskSpec, Trajectory
 from evals.runner import (
@@ -65,11 +66,8 @@ def _record(
         ],
     )
     path = result.spec.out_dir / TRAJECTORIES_FILE
-    trajectories = [
-        Trajectory.model_validate(json.loads(line)["trajectory"])
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip()
-    ]
+    lines = json_lines(path.read_text(encoding="utf-8"))
+    trajectories = [Trajectory.model_validate(json.loads(line)["trajectory"]) for _, line in lines]
     catalog.add_trajectories(stage, f"eval/{suite}", label, trajectories, {t.task_id: t for t in tasks})
 
 

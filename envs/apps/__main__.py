@@ -12,11 +12,11 @@ world, ...) goes to stderr with exit status 1; unparsable command-line input exi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from envs.apps import ToolError, World, call_tool
+from envs.jsonio import JsonError, parse_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world", type=Path, required=True, help="the world folder (holds filesystem/, apps_data/)")
     options = parser.parse_args(argv)
     try:
-        args = json.loads(options.arguments)
-    except json.JSONDecodeError as error:
+        args = parse_json(options.arguments)
+    except JsonError as error:
         parser.error(f"arguments are not valid JSON: {error}")
     if not options.world.is_dir():
         parser.error(f"--world {options.world} is not a folder")

@@ -1,7 +1,8 @@
 """code_exec: run Python or bash in the world's ``filesystem/`` with a wall-clock limit.
 
-Every launch goes through ``run_limited``: the one place that starts a subprocess, so resource limits and sandboxing
-(bubblewrap) are added there once for every caller.
+Every launch goes through ``run_limited``: the one place that starts a subprocess, so resource limits, sandboxing
+(bubblewrap) and a minimal environment (``exec_env``: none of the trainer's secrets) are added there once for every
+caller.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +30,7 @@ APP = "code_exec"
 MAX_OUTPUT_BYTES = 20_000  # per stream: the first and the last 10 000 bytes are kept
 MAX_CODE_CHARS = 100_000  # below the kernel's 128 KiB limit on one argv string
 MAX_TIMEOUT_S = 600.0
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 DRAIN_TIMEOUT_S = 2.0  # how long to wait for output pipes held open by a process that left our group
 _POLL_S = 0.01
 
@@ -93,52 +96,65 @@ def _exited(pid: int) -> bool:
 
 
 def run_limited(
-    argv: Sequence[str], cwd: Path, timeout_s: float, env: Mapping[str, str], limits: ResourceLimits | None = None
+    argv: Sequence[str],
+    cwd: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    limits: ResourceLimits | None = None,
 ) -> ExecResult:
     """Run ``argv`` in ``cwd`` in a new session under ``limits``; after ``timeout_s`` seconds (capped at
     ``limits.wall_s``) of wall-clock time kill its process group.
 
     ``limits`` defaults to ``ResourceLimits.from_env()``, the limits the sandbox gave this process: rlimits are set in
-    the child, and under bubblewrap (when usable) ``cwd`` is the only writable host folder and there is no network
-    (see ``envs.sandbox.limits``). The group is killed in every case once the main process is done, so background
-    children cannot outlive the call (or hold the output pipes open). Output is capped at ``MAX_OUTPUT_BYTES`` per
-    stream.
+    the child, and under bubblewrap (when usable) ``cwd`` and the launch's scratch folder are the only writable host
+    folders and there is no network (see ``envs.sandbox.limits``). The process sees only ``exec_env`` (HOME and TMPDIR
+    in that scratch folder, removed afterwards), ``limits.to_env()`` (code it launches stays under them) and ``env``
+    on top: nothing of this process's environment (judge keys, tokens) leaks in. The group is killed in every case
+    once the main process is done, so background children cannot outlive the call (or hold the output pipes open).
+    Output is capped at ``MAX_OUTPUT_BYTES`` per stream.
     """
     limits = limits or ResourceLimits.from_env()
     wall_s = min(timeout_s, limits.wall_s)
-    started = time.monotonic()
-    process = subprocess.Popen(
-        isolate(argv, cwd, cwd, limits.isolation),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=preexec(limits),
-    )
-    assert process.stdout is not None and process.stderr is not None
-    readers = [_CappedReader(process.stdout, MAX_OUTPUT_BYTES), _CappedReader(process.stderr, MAX_OUTPUT_BYTES)]
-    for reader in readers:
-        reader.start()
-    deadline = started + wall_s
-    while not _exited(process.pid) and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-    timed_out = not _exited(process.pid)
-    _kill_group(process.pid)  # the session id is the main process's pid, still reserved by it (not reaped yet)
-    exit_code = process.wait()
-    for reader in readers:
-        reader.join(DRAIN_TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="exec-", ignore_cleanup_errors=True) as scratch:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            isolate(argv, cwd, [cwd, Path(scratch)], limits.isolation),
+            cwd=cwd,
+            env=exec_env(Path(scratch)) | limits.to_env() | dict(env or {}),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=preexec(limits),
+        )
+        assert process.stdout is not None and process.stderr is not None
+        readers = [_CappedReader(process.stdout, MAX_OUTPUT_BYTES), _CappedReader(process.stderr, MAX_OUTPUT_BYTES)]
+        for reader in readers:
+            reader.start()
+        deadline = started + wall_s
+        while not _exited(process.pid) and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        timed_out = not _exited(process.pid)
+        _kill_group(process.pid)  # the session id is the main process's pid, still reserved by it (not reaped yet)
+        exit_code = process.wait()
+        for reader in readers:
+            reader.join(DRAIN_TIMEOUT_S)
     stdout, stderr = (reader.text() for reader in readers)
     return ExecResult(exit_code, stdout, stderr, timed_out, time.monotonic() - started, wall_s)
 
 
-def exec_env() -> dict[str, str]:
-    """The parent's environment, with this interpreter's folder first on PATH so ``python`` has our packages."""
-    env = dict(os.environ)
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
-    env |= {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
-    return env
+def exec_env(scratch: Path) -> dict[str, str]:
+    """The environment model-run code starts from, built from nothing: this interpreter's folder first on PATH (so
+    ``python`` has our packages), HOME and TMPDIR in the launch's ``scratch`` folder, a UTF-8 locale."""
+    return {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), SYSTEM_PATH]),
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+    }
 
 
 def _cwd(world: World) -> Path:
@@ -169,7 +185,7 @@ def run_python(world: World, code: str, timeout_s: Timeout = 30) -> str:
     non-zero exit code or a timeout is reported as an error with the same text.
     """
     _check_size(code, "code")
-    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s, exec_env()).answer(timeout_s)
+    return run_limited([sys.executable, "-c", code], _cwd(world), timeout_s).answer(timeout_s)
 
 
 @tool(APP)
@@ -186,4 +202,4 @@ def run_bash(world: World, command: str, timeout_s: Timeout = 30) -> str:
     """
     _check_size(command, "command")
     bash = shutil.which("bash") or "/bin/bash"
-    return run_limited([bash, "-c", command], _cwd(world), timeout_s, exec_env()).answer(timeout_s)
+    return run_limited([bash, "-c", command], _cwd(world), timeout_s).answer(timeout_s)

@@ -8,8 +8,8 @@ interpreter on PATH (the recipe's harness fix for ``ModuleNotFoundError``).
 * ``CodeToolSession(world_root, limits)`` — the ``ToolSession``. The working folder is the world's ``filesystem/``;
   every path argument is relative to it and must resolve inside the world (``envs.paths.resolve_inside``: ``..``
   above the world, absolute paths and symlinks out are refused). ``bash`` runs through
-  ``envs.apps.code_exec.run_limited`` (rlimits, and bubblewrap where usable with the world as the only writable
-  host folder).
+  ``envs.apps.code_exec.run_limited`` (rlimits, a minimal environment, and bubblewrap where usable with the world and
+  a scratch folder as the only writable host folders).
 * ``code_only_envs(task, worlds_root)`` — the ``EnvFactory``: a private world copy per sample, graded against the
   pristine world.
 * Oracle: ``code_only_oracle(task)`` turns each MCP oracle step into a ``bash`` call of the app CLI
@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.apps import ToolError
 from envs.apps.base import describe_validation_error
-from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, exec_env, run_limited
+from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.apps.filesystem import read_text_or_none
 from envs.check import fork_world
 from envs.files import atomic_write_text
@@ -92,7 +92,7 @@ CODE_READERS: dict[str, str] = {
 
 def run_bash(command: str, *, cwd: Path, writable: Path, timeout_s: float, limits: ResourceLimits | None) -> ExecResult:
     """``bash -c command`` in ``cwd`` through ``run_limited``, with ``writable`` (which holds ``cwd``) as the only
-    writable host folder under bubblewrap and this interpreter's folder first on PATH.
+    writable world folder under bubblewrap and ``run_limited``'s minimal environment.
 
     ``run_limited`` starts the process in the folder it makes writable, so ``env --chdir`` moves it into ``cwd``
     (the world's ``filesystem/``, while ``../apps_data`` stays visible inside the sandbox).
@@ -105,7 +105,7 @@ def run_bash(command: str, *, cwd: Path, writable: Path, timeout_s: float, limit
     bash = shutil.which("bash") or "/bin/bash"
     env = shutil.which("env") or "/usr/bin/env"
     argv = [env, f"--chdir={cwd.resolve()}", bash, "-c", command]
-    return run_limited(argv, writable, timeout_s, exec_env(), limits)
+    return run_limited(argv, writable, timeout_s, limits=limits)
 
 
 # --- arguments -------------------------------------------------------------------------------------------------------

@@ -11,17 +11,19 @@ Format (what the chat template's system prompt asks for)::
 
 Rules: reasoning (``<think>…</think>``, or everything before a lone ``</think>`` when the generation prompt opened the
 block) is dropped first. A turn with one or more well-formed ``<tool_call>`` blocks is a tool turn; a turn with none is
-the final answer (the remaining text, stripped). Any malformed block (bad JSON, no ``name``, ``arguments`` not an
-object, an unclosed tag, an unfinished ``<think>``) makes the whole turn a parse failure whose messages tell the model
-what to fix; none of its calls run, so a half-understood turn never touches the world.
+the final answer (the remaining text, stripped). Any malformed block (bad JSON, deep nesting or an over-long integer
+included (``envs.jsonio``); no ``name``; ``arguments`` not an object; an unclosed tag; an unfinished ``<think>``)
+makes the whole turn a parse failure whose messages tell the model what to fix; none of its calls run, so a
+half-understood turn never touches the world.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from envs.jsonio import JsonError, parse_json
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -61,11 +63,9 @@ def parse_tool_call(body: str) -> ToolCall:
     ``arguments`` may be omitted (no-argument tools) or given as a JSON string holding an object.
     """
     try:
-        payload = json.loads(body)
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"the tool call is not valid JSON ({error.msg} at char {error.pos}): {body.strip()[:200]}"
-        ) from None
+        payload = parse_json(body)
+    except JsonError as error:
+        raise ValueError(f"the tool call is not valid JSON ({error}): {body.strip()[:200]}") from None
     if not isinstance(payload, dict):
         raise ValueError(f"the tool call must be a JSON object, got {type(payload).__name__}")
     name = payload.get("name")
@@ -74,9 +74,9 @@ def parse_tool_call(body: str) -> ToolCall:
     arguments = payload.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as error:
-            raise ValueError(f'"arguments" of {name} is a string that is not JSON: {error.msg}') from None
+            arguments = parse_json(arguments)
+        except JsonError as error:
+            raise ValueError(f'"arguments" of {name} is a string that is not JSON: {error}') from None
     if not isinstance(arguments, dict):
         raise ValueError(f'"arguments" of {name} must be a JSON object, got {type(arguments).__name__}')
     return ToolCall(name.strip(), arguments)

@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.apps.code_exec import MAX_TIMEOUT_S, ExecResult, exec_env, run_limited
+from envs.apps.code_exec import MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.graders import VERIFIER_LOGS, grade
 from envs.harness.agent import EnvFactory, SampleEnv
 from envs.harness.code_tools import DEFAULT_BASH_TIMEOUT_S, BashArgs, CodeTool, RegistryToolSession, run_bash
@@ -141,11 +141,7 @@ def run_verifier(task: TaskSpec, sandbox: TerminalSandbox, limits: ResourceLimit
     shutil.rmtree(sandbox.logs, ignore_errors=True)  # a reward file left by the agent must never count
     sandbox.logs.mkdir(parents=True)
     timeout_s = min(task.metadata.get("verifier_timeout_sec") or DEFAULT_VERIFIER_TIMEOUT_S, MAX_TIMEOUT_S)
-    env = exec_env() | {
-        "TASK_DIR": str(sandbox.workdir),
-        "LOGS_DIR": str(sandbox.logs),
-        "TESTS_DIR": str(sandbox.tests),
-    }
+    env = {"TASK_DIR": str(sandbox.workdir), "LOGS_DIR": str(sandbox.logs), "TESTS_DIR": str(sandbox.tests)}
     script = sandbox.root / HARBOR_TEST_SCRIPT
     result = run_limited([shutil.which("bash") or "/bin/bash", str(script)], sandbox.root, timeout_s, env, limits)
     (sandbox.logs / VERIFIER_OUTPUT).write_text(result.render(timeout_s))

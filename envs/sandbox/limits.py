@@ -9,13 +9,13 @@ inherits the same limits. Two layers apply them:
   MemoryError), ``RLIMIT_FSIZE`` (largest file written: EFBIG, or SIGXFSZ for programs that do not ignore it),
   ``RLIMIT_NPROC`` (processes of the user: ``fork`` fails with EAGAIN);
 - bubblewrap (``bwrap``), when on PATH and able to create namespaces: no network, a private ``/tmp``, a read-only
-  view of the host, and the working folder as the only writable host path. Without it a one-time warning is logged
-  and only the rlimits and the apps' own path checks hold.
+  view of the host, and the working folder and the launch's scratch folder (HOME, TMPDIR) as the only writable host
+  paths. Without it a one-time warning is logged and only the rlimits and the apps' own path checks hold.
 
 Example::
 
     limits = ResourceLimits(cpu_s=10, memory_mb=1024)
-    env = os.environ | limits.to_env()   # the gateway subprocess and its code_exec children inherit these limits
+    env = limits.to_env()   # set on the gateway subprocess: each code_exec launch in it reads (and passes on) them
 """
 
 from __future__ import annotations
@@ -147,11 +147,11 @@ def warn_if_root(uid: int) -> None:
 # --- bubblewrap -------------------------------------------------------------------------------------------------------
 
 
-def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Path) -> list[str]:
-    """``argv`` under bubblewrap: every namespace unshared (no network), the host read-only, a private /tmp, and
-    ``writable`` bound read-write. The order matters: later mounts cover earlier ones, so the world is bound after the
-    tmpfs on /tmp (worlds often live under /tmp)."""
-    world = str(writable.resolve())
+def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Path]) -> list[str]:
+    """``argv`` under bubblewrap: every namespace unshared (no network), the host read-only, a private /tmp, and each
+    ``writable`` folder bound read-write. The order matters: later mounts cover earlier ones, so the world is bound
+    after the tmpfs on /tmp (worlds often live under /tmp)."""
+    binds = [arg for path in writable for arg in ("--bind", str(path.resolve()), str(path.resolve()))]
     # The private /tmp would hide an interpreter or a checkout that lives under /tmp (CI clones often do): bind them
     # back read-only before the world.
     runtime = [arg for path in _runtime_roots() for arg in ("--ro-bind", path, path)]
@@ -164,7 +164,7 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Path) -> li
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         *runtime,
-        "--bind", world, world,
+        *binds,
         "--chdir", str(cwd.resolve()),
         "--",
         *argv,
@@ -191,7 +191,7 @@ def usable_bwrap() -> str | None:
     if bwrap is None:
         log.warning("bubblewrap (bwrap) is not on PATH: code_exec runs with rlimits only (apt-get install bubblewrap)")
         return None
-    probe = bwrap_argv(bwrap, ["true"], Path("/"), Path("/tmp"))
+    probe = bwrap_argv(bwrap, ["true"], Path("/"), [Path("/tmp")])
     try:
         result = subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -204,7 +204,7 @@ def usable_bwrap() -> str | None:
     return bwrap
 
 
-def isolate(argv: Sequence[str], cwd: Path, writable: Path, isolation: Isolation) -> list[str]:
+def isolate(argv: Sequence[str], cwd: Path, writable: Sequence[Path], isolation: Isolation) -> list[str]:
     """``argv`` wrapped for ``isolation``; ``bwrap`` raises when bubblewrap cannot run here, ``auto`` falls back."""
     if isolation is Isolation.NONE:
         return list(argv)

@@ -229,6 +229,13 @@ class Engine:
         ids = list(prompt)
         if not ids:
             raise EngineRequestError("prompt is empty: give at least one token id")
+        room = self.max_model_len - len(ids)  # checked first: an over-long prompt is refused before it is scanned
+        max_tokens = params.max_tokens if params.max_tokens is not None else room
+        if max_tokens > room or room < 1:
+            raise EngineRequestError(
+                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} tokens exceeds "
+                f"the context limit of {self.max_model_len} tokens"
+            )
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise EngineRequestError("prompt token ids must be integers")
         bad = sorted({t for t in (*ids, *params.stop_token_ids) if not 0 <= t < self.vocab_size})
@@ -236,13 +243,6 @@ class Engine:
             raise EngineRequestError(f"token ids outside the vocabulary [0, {self.vocab_size}): {bad[:10]}")
         if params.stop and self.tokenizer is None:
             raise EngineRequestError("stop strings need an engine built with a tokenizer; use stop_token_ids")
-        room = self.max_model_len - len(ids)
-        max_tokens = params.max_tokens if params.max_tokens is not None else room
-        if max_tokens > room or room < 1:
-            raise EngineRequestError(
-                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} tokens exceeds "
-                f"the context limit of {self.max_model_len} tokens"
-            )
         seed = params.seed if params.seed is not None else secrets.randbits(63)
         return _Sequence(ids, params, max_tokens, torch.Generator().manual_seed(seed), on_done)
 

@@ -17,14 +17,16 @@ def top_p_filter(probs_BV: Tensor, top_p: float | Tensor) -> Tensor:
     """Nucleus filter (Holtzman et al. 2020): keep the smallest set of most likely tokens whose mass reaches top_p.
 
     A token sorted at rank r is kept iff the mass strictly before it, cumsum_r - p_r, is below top_p; the most likely
-    token is always kept. The kept probabilities are renormalised to sum to 1. `top_p` is a float or a tensor that
-    broadcasts against [..., 1] (one value per row).
+    token is always kept (also when a tiny top_p rounds to 0 in float32). The kept probabilities are renormalised to
+    sum to 1. `top_p` is a float or a tensor that broadcasts against [..., 1] (one value per row).
     """
     if isinstance(top_p, float) and top_p >= 1.0:
         return probs_BV
     sorted_p, order = probs_BV.sort(dim=-1, descending=True)
     mass_before = sorted_p.cumsum(-1) - sorted_p
-    sorted_p = torch.where(mass_before < top_p, sorted_p, torch.zeros_like(sorted_p))
+    keep = mass_before < top_p
+    keep[..., 0] = True
+    sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
     kept = torch.zeros_like(probs_BV).scatter(-1, order, sorted_p)
     return kept / kept.sum(-1, keepdim=True)
 
@@ -55,15 +57,20 @@ def sample_batch(
 ) -> BatchSample:
     """Sample one token per row. temperature 0 → argmax; otherwise softmax(logits / temperature) → top-p →
     inverse-CDF draw with u_b. Reported logprobs are log_softmax of the raw logits (vLLM's default
-    `raw_logprobs`), not of the tempered distribution; `top_k` > 0 also returns each row's k best raw logprobs."""
+    `raw_logprobs`), not of the tempered distribution; `top_k` > 0 also returns each row's k best raw logprobs.
+
+    Any positive temperature is safe: the logits are shifted to a maximum of 0 before dividing (so the best token's
+    tempered logit is 0, never inf - inf) and the temperature is floored at float32's smallest normal number (a
+    smaller one, 1e-320, would round to 0 and make 0 / 0)."""
     logits_BV = logits_BV.float()
     raw_BV = torch.log_softmax(logits_BV, dim=-1)
     tokens_B = logits_BV.argmax(-1)
     sampled = [b for b, t in enumerate(temperature_B) if t > 0.0]
     if sampled:
         rows = torch.tensor(sampled)
-        temps_B1 = torch.tensor([temperature_B[b] for b in sampled])[:, None]
-        probs_SV = torch.softmax(logits_BV[rows] / temps_B1, dim=-1)
+        temps_S1 = torch.tensor([temperature_B[b] for b in sampled]).clamp_min(torch.finfo(torch.float32).tiny)[:, None]
+        logits_SV = logits_BV[rows]
+        probs_SV = torch.softmax((logits_SV - logits_SV.amax(-1, keepdim=True)) / temps_S1, dim=-1)
         top_p = [top_p_B[b] for b in sampled]
         if min(top_p) < 1.0:
             probs_SV = top_p_filter(probs_SV, torch.tensor(top_p)[:, None])

@@ -9,7 +9,12 @@ Routes (the vLLM wire format, so a real vLLM server is a drop-in):
     GET  /health
     POST /pause?mode=keep|abort, POST /resume, POST /update_weights {"path": dir}, GET /version
 Every bad request gets a 4xx JSON body {"error": {"message", "type", "code"}} naming what was wrong; an unexpected
-failure is a 500 with the same shape; the process keeps serving.
+failure is a 500 with the same shape; the process keeps serving. Text prompts are tokenized off the event loop, and
+one too long to fit the context is refused before it is read.
+
+The control routes (pause, resume, update_weights) change what every client gets: with a control token
+(``--control-token`` or ``$RL_RECIPE_ENGINE_TOKEN``) they need ``Authorization: Bearer <token>``, and a server bound
+beyond loopback refuses to start without one.
 
     python -m trainer.engine.server runs/x/policy/step-0 --port 8000
 
@@ -22,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
+import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,29 +39,39 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import PreTrainedTokenizerBase
 
+from envs.errors import RecipeError
 from trainer.engine.engine import Engine, EngineConfig
-from trainer.engine.types import Completion, EngineRequestError, PauseMode, SamplingParams
+from trainer.engine.types import (
+    CONTROL_TOKEN_ENV,
+    Completion,
+    EngineRequestError,
+    PauseMode,
+    SamplingParams,
+    Seed,
+)
 from trainer.model import load_policy
 from trainer.tokenizer import render_chat
 
 MAX_N = 16
+# NFC normalisation (the Qwen tokenizers') composes at most 4 characters into one, e.g. U+0391 U+0314 U+0342 U+0345.
+_NORMALISATION_SHRINK = 4
 
 
 class _SamplingFields(BaseModel):
     """Fields shared by both generation routes; strict so that wrong JSON types are refused, not coerced."""
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
     model: str | None = None
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     n: int = Field(1, ge=1, le=MAX_N)
@@ -96,6 +113,10 @@ class UpdateWeightsRequest(BaseModel):
     path: str
 
 
+class UnprotectedControlError(RecipeError, ValueError):
+    """A server bound beyond loopback without a control token."""
+
+
 class ApiError(Exception):
     """An error with an HTTP status, rendered as an OpenAI-style error body."""
 
@@ -113,11 +134,14 @@ def _validation_message(errors: list[Any]) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errors)
 
 
-def create_app(engine: Engine, model_name: str) -> FastAPI:
-    """The HTTP app for `engine` (which must carry a tokenizer); the app closes the engine on shutdown."""
+def create_app(engine: Engine, model_name: str, control_token: str | None = None) -> FastAPI:
+    """The HTTP app for `engine` (which must carry a tokenizer); the app closes the engine on shutdown. With
+    `control_token`, the control routes need the header ``Authorization: Bearer <control_token>``."""
     if engine.tokenizer is None:
         raise ValueError("the server needs an engine with a tokenizer (to render text and chat)")
     tokenizer: PreTrainedTokenizerBase = engine.tokenizer
+    # No token decodes to more characters than the longest vocabulary entry, before normalisation shrinks the text.
+    max_prompt_chars = engine.max_model_len * max(map(len, tokenizer.get_vocab())) * _NORMALISATION_SHRINK
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -145,6 +169,22 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         return _error_body(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def authorized(request: Request) -> None:
+        given = request.headers.get("authorization", "").encode()
+        if control_token is not None and not secrets.compare_digest(given, f"Bearer {control_token}".encode()):
+            raise ApiError(HTTPStatus.UNAUTHORIZED, "control routes need the header 'Authorization: Bearer <token>'")
+
+    control = [Depends(authorized)]
+
+    async def encode(text: str) -> list[int]:
+        """Token ids of a text prompt, tokenized in a worker thread; a text too long for the context is refused."""
+        if len(text) > max_prompt_chars:
+            raise ApiError(
+                HTTPStatus.BAD_REQUEST,
+                f"the prompt ({len(text)} characters) cannot fit the context limit of {engine.max_model_len} tokens",
+            )
+        return await asyncio.to_thread(tokenizer.encode, text, add_special_tokens=False)
 
     def check_model(name: str | None) -> None:
         if name is not None and name != model_name:
@@ -194,9 +234,7 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest) -> dict[str, Any]:
         check_model(req.model)
-        prompt_ids = (
-            req.prompt if isinstance(req.prompt, list) else tokenizer.encode(req.prompt, add_special_tokens=False)
-        )
+        prompt_ids = req.prompt if isinstance(req.prompt, list) else await encode(req.prompt)
         params = req.sampling_params(req.max_tokens, req.logprobs or 0)
         results = await run_n(prompt_ids, req, params)
         choices = []
@@ -225,10 +263,12 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
     async def chat_completions(req: ChatCompletionRequest) -> dict[str, Any]:
         check_model(req.model)
         try:
-            text = render_chat(tokenizer, req.messages, add_generation_prompt=True, tools=req.tools)
+            text = await asyncio.to_thread(
+                render_chat, tokenizer, req.messages, add_generation_prompt=True, tools=req.tools
+            )
         except Exception as exc:  # template errors (unknown role, missing content) are the client's
             raise ApiError(HTTPStatus.BAD_REQUEST, f"messages do not fit the chat template: {exc}") from exc
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+        prompt_ids = await encode(text)
         params = req.sampling_params(req.max_completion_tokens or req.max_tokens, req.top_logprobs)
         results = await run_n(prompt_ids, req, params)
         choices = []
@@ -278,17 +318,17 @@ def create_app(engine: Engine, model_name: str) -> FastAPI:
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/pause")
+    @app.post("/pause", dependencies=control)
     async def pause(mode: PauseMode = PauseMode.keep) -> dict[str, Any]:
         await asyncio.to_thread(engine.pause, mode)
         return {"paused": True, "mode": mode.value}
 
-    @app.post("/resume")
+    @app.post("/resume", dependencies=control)
     async def resume() -> dict[str, Any]:
         engine.resume()
         return {"paused": False}
 
-    @app.post("/update_weights")
+    @app.post("/update_weights", dependencies=control)
     async def update_weights(req: UpdateWeightsRequest) -> dict[str, int]:
         if not Path(req.path).is_dir():
             raise ApiError(HTTPStatus.BAD_REQUEST, f"weights path {req.path!r} is not a folder")
@@ -307,18 +347,36 @@ def serve(
     port: int = 8000,
     served_model_name: str | None = None,
     config: EngineConfig | None = None,
+    control_token: str | None = None,
 ) -> None:
-    """Load the policy in `model_dir` and serve it until interrupted; prints the served model name and context limit."""
+    """Load the policy in `model_dir` and serve it until interrupted; prints the served model name and context limit.
+    The control token defaults to ``$RL_RECIPE_ENGINE_TOKEN``; beyond loopback one is required."""
+    control_token = control_token or os.environ.get(CONTROL_TOKEN_ENV) or None
+    if control_token is None and not is_loopback(host):
+        raise UnprotectedControlError(
+            f"refusing to serve on {host}: beyond loopback the control routes (/pause, /resume, /update_weights) "
+            f"need a token; set ${CONTROL_TOKEN_ENV} (or pass --control-token), or bind 127.0.0.1"
+        )
     model, tokenizer = load_policy(model_dir)
     engine = Engine(model, tokenizer, config)
     name = served_model_name or default_served_name(model_dir)
-    app = create_app(engine, name)
+    app = create_app(engine, name, control_token)
     print(
         f"serving model {name!r} (max_model_len {engine.max_model_len}) at http://{host}:{port}/v1 — "
         f"clients pass model={name!r} (recipe eval run --model {name})",
         flush=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or ``localhost``) reaches only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
 
 
 def default_served_name(model_dir: str | os.PathLike[str]) -> str:
@@ -334,14 +392,21 @@ def main() -> None:
     parser.add_argument("--served-model-name", default=None, help="model name clients pass (default: MODEL_DIR)")
     parser.add_argument("--max-num-seqs", type=int, default=EngineConfig().max_num_seqs)
     parser.add_argument("--compile", action="store_true", help="torch.compile the decode step")
-    args = parser.parse_args()
-    serve(
-        args.model_dir,
-        args.host,
-        args.port,
-        args.served_model_name,
-        EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile),
+    parser.add_argument(
+        "--control-token", default=None, help=f"token the control routes require (default: ${CONTROL_TOKEN_ENV})"
     )
+    args = parser.parse_args()
+    try:
+        serve(
+            args.model_dir,
+            args.host,
+            args.port,
+            args.served_model_name,
+            EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile),
+            args.control_token,
+        )
+    except UnprotectedControlError as error:
+        parser.error(str(error))
 
 
 if __name__ == "__main__":

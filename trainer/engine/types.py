@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+CONTROL_TOKEN_ENV = "RL_RECIPE_ENGINE_TOKEN"
+"""The environment variable holding the token the server's control routes require (``Authorization: Bearer``)."""
+
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**63)]
+"""A sampling seed: any 64-bit signed integer (vLLM's range; torch's generator takes no wider value)."""
 
 
 class FinishReason(StrEnum):
@@ -31,11 +38,11 @@ class EngineRequestError(ValueError):
 class SamplingParams(BaseModel):
     """Per-request sampling, as in vLLM. temperature 0 is greedy; seed makes sampling reproducible per request."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: Seed | None = None
     max_tokens: int | None = Field(None, ge=1, description="None: up to the context limit")
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = Field((), description="stop strings; need an engine built with a tokenizer")

@@ -263,11 +263,13 @@ async def run_async(
                 dropped, counters.dropped = counters.dropped, 0
                 changed.notify_all()
             wall_s = time.perf_counter() - clock_origin
+            # A step can train on groups that all finished before the previous step ended: nothing finished since.
+            measured = finished or trajectories
             record = StepRecord(
                 step=counters.steps_done,
                 wall_s=wall_s,
-                reward_mean=sum(t.reward for t in finished) / len(finished),
-                pass_rate=sum(t.passed for t in finished) / len(finished),
+                reward_mean=sum(t.reward for t in measured) / len(measured),
+                pass_rate=sum(t.passed for t in measured) / len(measured),
                 trajectories=len(trajectories),
                 groups_dropped=dropped,
                 groups_stale=stale,

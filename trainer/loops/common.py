@@ -224,7 +224,8 @@ class LoopConfig(BaseModel):
 
 
 class StepRecord(BaseModel):
-    """One loop step. Rewards are over the rollouts the step generated (sync) or trained on (async)."""
+    """One loop step. Rewards are over the rollouts the step generated (sync), or those that finished since the
+    previous step (async; the step's trained rollouts when none did)."""
 
     model_config = ConfigDict(extra="forbid")
 

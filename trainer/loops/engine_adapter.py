@@ -4,8 +4,9 @@
   ``CompletionEngine`` (``EngineCompletions``: no HTTP, the fastest path on 2 cores), and a weight push hands the
   trainer's state dict straight to ``Engine.update_weights``.
 * ``HttpEngineControl(base_url, staging_dir)`` — a remote vLLM-compatible engine driven through its control routes
-  (``/pause?mode=keep``, ``/update_weights`` with a folder of safetensors, ``/resume``), each with a timeout. The
-  weights are staged as ``<staging_dir>/v<n>/model.safetensors`` (atomic rename), so the engine must see that folder.
+  (``/pause?mode=keep``, ``/update_weights`` with a folder of safetensors, ``/resume``), each with a timeout and the
+  engine's control token (``$RL_RECIPE_ENGINE_TOKEN`` unless given). The weights are staged as
+  ``<staging_dir>/v<n>/model.safetensors`` (atomic rename), so the engine must see that folder.
 
 A push in flight (RECIPE "Fully-async RL") is ``push_weights``: pause in keep mode (running requests freeze with their
 KV cache), load the weights, resume — resume always runs, even when the load failed, so generation never stalls.
@@ -27,6 +28,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from trainer.engine import Engine, PauseMode
+from trainer.engine.types import CONTROL_TOKEN_ENV
 from trainer.rollout_eval import EngineCompletions
 
 
@@ -75,11 +77,16 @@ class HttpEngineControl:
         staging_dir: str | os.PathLike[str],
         timeout_s: float = 120.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
     ) -> None:
         self.staging_dir = Path(staging_dir)
         self._pushes = 0
+        token = token or os.environ.get(CONTROL_TOKEN_ENV)
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_s), transport=transport
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s),
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}"} if token else None,
         )
 
     async def __aenter__(self) -> HttpEngineControl:

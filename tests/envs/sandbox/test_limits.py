@@ -124,7 +124,7 @@ def test_bwrap_binds_runtime_roots_back_over_the_private_tmp(monkeypatch, tmp_pa
     from envs.sandbox import limits
 
     monkeypatch.setattr(limits, "_runtime_roots", lambda: ("/tmp/clone/.venv",))
-    argv = limits.bwrap_argv("bwrap", ["python", "-V"], tmp_path, tmp_path)
+    argv = limits.bwrap_argv("bwrap", ["python", "-V"], tmp_path, [tmp_path])
     tmpfs, runtime, world = argv.index("--tmpfs"), argv.index("/tmp/clone/.venv"), argv.index(str(tmp_path.resolve()))
     assert tmpfs < runtime < world
     assert argv[runtime - 1] == "--ro-bind" and argv[world - 1] == "--bind"
