@@ -33,12 +33,12 @@ test: install
 test-slow: install
 	$(PY) -m pytest -m slow
 
-# The Prefect UI in a real browser: Debian's chromium (apt) driven by Playwright (its own browser download is not
+# The Prefect UI and the trace explorer in a real browser: Debian's chromium (apt) driven by Playwright (its own browser download is not
 # reachable here); screenshots under the test's tmp folder, or RL_RECIPE_SCREENSHOTS.
 test-browser: install
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	$(PIP) install -q -e ".[browser]" "$(TORCH_PIN)"
-	$(PY) -m pytest -m browser tests/integration/test_browser.py
+	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py
 
 bench: install
 	$(PY) -m benchmarks

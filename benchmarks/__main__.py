@@ -10,6 +10,7 @@ BENCHMARKS = [
     ["engine_decode.py"],
     ["trainer_packing.py", "--repeats", "2"],
     ["rollouts_e2e.py"],
+    ["explorer_scale.py", "--trajectories", "100000", "--repeats", "3"],
 ]
 
 if __name__ == "__main__":

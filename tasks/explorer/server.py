@@ -1,0 +1,105 @@
+"""The explorer's HTTP server: the page and a small JSON API over one run, on loopback only.
+
+Routes (GET; every answer is JSON from ``queries.Explorer`` except the page and its assets):
+
+==============================  =====================================================================================
+``/``                           the page (``static/index.html``); ``/static/*`` its script and style
+``/api/run``                    the run, its stages with their gate reports, row counts, filter facets
+``/api/trajectories``           one page of the list: the filters of ``TrajectoryFilter`` + ``sort``, ``order``,
+                                ``limit``, ``offset`` as query parameters → ``{total, offset, limit, rows}``
+``/api/trajectories/{id}``      one trajectory turn by turn (404 when there is no such id)
+``/api/compare?task_id=``       every trajectory of one task (base vs trained side by side)
+``/api/tools?stage=``           per-tool numbers and the top error signatures with advice
+``/api/curves``                 train steps, eval summaries, the stages' tables (ablation arms, transfer suites)
+==============================  =====================================================================================
+
+A bad parameter answers 400 with ``{"error": message}``. Handlers are plain functions: Starlette runs them in its
+thread pool, and each query opens its own read-only connection (``queries.CatalogReader``). No Prefect import here.
+
+    uvicorn.run(create_app(Explorer(store, decoder)), host="127.0.0.1", port=8765)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from tasks.explorer.queries import Explorer, Page, QueryError, TrajectoryFilter
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+DATA_MARKER = "<!--EXPLORER_DATA-->"
+"""Where the static export puts its data script into ``index.html`` (the server leaves it empty)."""
+HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def page_html(data_scripts: str = "") -> str:
+    """``index.html`` with ``data_scripts`` at the data marker (empty: the page asks the JSON API)."""
+    return (STATIC_DIR / "index.html").read_text(encoding="utf-8").replace(DATA_MARKER, data_scripts)
+
+
+def _json(content: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(content, status_code=status, headers=HEADERS)
+
+
+def create_app(explorer: Explorer) -> Starlette:
+    """The Starlette app serving ``explorer`` (see the module docstring for the routes)."""
+
+    def index(request: Request) -> Response:
+        return HTMLResponse(page_html(), headers=HEADERS)
+
+    def run(request: Request) -> Response:
+        return _json(explorer.overview())
+
+    def trajectories(request: Request) -> Response:
+        params = request.query_params
+        return _json(explorer.trajectories(TrajectoryFilter.from_params(params), Page.from_params(params)))
+
+    def trajectory(request: Request) -> Response:
+        found = explorer.trajectory(request.path_params["trajectory_id"])
+        if found is None:
+            return _json({"error": f"no trajectory {request.path_params['trajectory_id']}"}, 404)
+        return _json(found)
+
+    def compare(request: Request) -> Response:
+        task_id = request.query_params.get("task_id")
+        if not task_id:
+            raise QueryError("compare needs a task_id")
+        return _json(explorer.compare(task_id))
+
+    def tools(request: Request) -> Response:
+        return _json(explorer.tools(request.query_params.get("stage") or None))
+
+    def curves(request: Request) -> Response:
+        return _json(explorer.curves())
+
+    async def bad_query(request: Request, error: Exception) -> Response:
+        return _json({"error": str(error)}, 400)
+
+    routes = [
+        Route("/", index),
+        Route("/api/run", run),
+        Route("/api/trajectories", trajectories),
+        Route("/api/trajectories/{trajectory_id:int}", trajectory),
+        Route("/api/compare", compare),
+        Route("/api/tools", tools),
+        Route("/api/curves", curves),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Starlette(routes=routes, exception_handlers={QueryError: bad_query})
+
+
+def serve(explorer: Explorer, host: str, port: int) -> None:
+    """Serve until interrupted (Ctrl-C)."""
+    import uvicorn
+
+    uvicorn.run(create_app(explorer), host=host, port=port, log_level="warning")
