@@ -220,6 +220,11 @@ class ClusterSection(_Section):
     """Memory of one GPU (H200: 141)."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     """Share of an engine GPU's memory vLLM may use for weights, activations and KV cache."""
+    max_model_len: int | None = Field(None, ge=2)
+    """The context window each vLLM engine holds (``--max-model-len``); None: the harness's context budget. The
+    cluster profiles hold 262144, the eval context (RECIPE: train 160k, eval 262k)."""
+    optimizer_offload_fraction: float = Field(0.0, ge=0, le=1)
+    """Share of Megatron's optimizer state kept in host memory (0: all on the GPUs, as both hero plans fit)."""
     hf_config: Path | None = None
     """The policy's Hugging Face ``config.json`` (architecture only) that ``recipe plan`` sizes; a relative path is
     taken from the working directory, else from the repository root."""

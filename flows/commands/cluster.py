@@ -1,0 +1,221 @@
+"""``recipe cluster``: a cluster profile's hero run as SkyRL overrides, submitted to a Ray cluster; the engines' spec.
+
+recipe cluster render --profile qwen36-35b [--arm NAME] [--storage PATH] [--set KEY=VALUE ...]
+    prints the SkyRL 0.3.x overrides of the profile's hero run (the ablations' landed arm, by default the recipe's
+    prior ``dppo_prompt_mean_nudge``), one ``key=value`` per line, sorted. Writes nothing.
+recipe cluster submit --profile P --address http://HOST:8265 [--dry-run] [--timeout S] [--env KEY=VALUE ...]
+                      [--catalog PATH] [--python PY] [render flags]
+    submits the run as a Ray Job (the repository as working dir), streams its log, and prints the final status and
+    the train steps read from its metrics; ``--catalog`` appends them to that catalog's ``train_steps`` table.
+    ``--dry-run`` runs ``trainer.skyrl.dryrun`` instead of SkyRL: it checks the overrides and prints metric blocks
+    computed from the config, so the whole path runs on a CPU-only cluster. Exit 0 when the job succeeded, 1 when
+    it failed or timed out.
+recipe cluster engine --profile P [--host H] [--port N]
+    prints the ``vllm serve`` line of one of the profile's engines (loopback unless --host), its RL control routes,
+    and the ``--set`` overrides that point our harness at it.
+
+A profile without a cluster section or hub/folder policy, an unknown arm, a setting SkyRL cannot express or an
+unreachable cluster ends with one ``recipe: error:`` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envs.errors import RecipeError
+
+if TYPE_CHECKING:
+    from flows.config import RecipeConfig
+    from trainer.skyrl.render import SkyRLRun
+
+
+class ClusterError(RecipeError, ValueError):
+    """A profile or flag that cannot make a cluster run."""
+
+
+def skyrl_run(config: RecipeConfig, arm: str | None = None, storage: str | None = None) -> SkyRLRun:
+    """The profile's hero run with the ablation arm ``arm`` (default: the recipe's prior) as a ``SkyRLRun``."""
+    from envs.harness.agent import HarnessConfig
+    from flows.config import PolicySource
+    from trainer.algorithms.config import AlgorithmConfig
+    from trainer.sizing import GIB, ClusterLayout
+    from trainer.skyrl.render import DEFAULT_STORAGE, RolloutPlan, SkyRLRun
+
+    cluster, policy = config.cluster, config.policy
+    if cluster is None:
+        raise ClusterError(f"profile {config.profile!r} has no cluster section (try qwen36-35b or qwen35-397b)")
+    if policy.source is PolicySource.BOOTSTRAP:
+        raise ClusterError(f"profile {config.profile!r}: a cluster run needs policy.source hub or folder")
+    ablations = config.stages.ablations
+    name = arm or ablations.prior
+    if name not in ablations.arms:
+        raise ClusterError(f"no ablation arm {name!r}; arms are: {', '.join(sorted(ablations.arms))}")
+    landed = ablations.arms[name]
+    trainer = config.trainer.model_copy(
+        update={"algorithm": AlgorithmConfig(**config.trainer.algorithm.model_dump() | landed.algorithm)}
+    )
+    harness = HarnessConfig(**config.harness | {"context_nudge": landed.context_nudge})
+    hero, rollout = config.stages.hero, config.rollout
+    layout = ClusterLayout(
+        inference_nodes=cluster.inference_nodes,
+        engines=cluster.engines,
+        engine_tensor_parallel=cluster.engine_tensor_parallel,
+        train_nodes=cluster.train_nodes,
+        tensor_parallel=cluster.megatron_tensor_parallel,
+        expert_parallel=cluster.megatron_expert_parallel,
+        pipeline_parallel=cluster.megatron_pipeline_parallel,
+        context_parallel=cluster.megatron_context_parallel,
+        gpus_per_node=cluster.gpus_per_node,
+        gpu_memory_bytes=int(cluster.gpu_memory_gib * GIB),
+        gpu_memory_utilization=cluster.gpu_memory_utilization,
+        max_num_seqs=config.engine.max_num_seqs,
+    )
+    plan = RolloutPlan(
+        prompts_per_step=hero.prompts_per_step or rollout.prompts_per_step,
+        samples_per_prompt=hero.samples_per_prompt or rollout.samples_per_prompt,
+        workers=rollout.workers,
+        max_staleness=rollout.max_staleness,
+        epochs=rollout.epochs,
+        steps=hero.steps,
+        checkpoint_every=hero.checkpoint_every,
+        eval_every=rollout.eval_every,
+        eval_passes=hero.eval_passes,
+        max_concurrency=rollout.max_concurrency,
+        rate_limit_per_s=rollout.rate_limit_per_s,
+    )
+    return SkyRLRun(
+        name=f"{config.profile}-hero-{name}",
+        model=policy.hub_id if policy.source is PolicySource.HUB else str(policy.path),
+        trainer=trainer,
+        harness=harness,
+        rollout=plan,
+        layout=layout,
+        max_model_len=cluster.max_model_len or harness.context_budget_tokens,
+        optimizer_offload_fraction=cluster.optimizer_offload_fraction,
+        served_model_name=config.engine.served_model_name,
+        seed=config.seed,
+        storage=storage or f"{DEFAULT_STORAGE}/{config.profile}",
+        engine_timeout_s=config.engine.timeout_s,
+        sandbox=config.backends.sandbox.value,
+        sandbox_pool_per_world=config.sandbox.pool_per_world,
+        provenance={"profile": config.profile, "stage": "hero", "arm": name},
+    )
+
+
+def _run(args: argparse.Namespace) -> SkyRLRun:
+    from flows.config import load_profile
+
+    return skyrl_run(load_profile(args.profile, args.set), args.arm, args.storage)
+
+
+def _render(args: argparse.Namespace) -> int:
+    from trainer.skyrl.render import render
+
+    print("\n".join(render(_run(args)).lines()))
+    return 0
+
+
+def _key_values(pairs: list[str], flag: str) -> dict[str, str]:
+    found = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ClusterError(f"{flag} {pair!r} is not KEY=VALUE")
+        found[key] = value
+    return found
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from trainer.skyrl.render import render
+    from trainer.skyrl.submit import DRY_RUN_MODULE, ENTRY_MODULE, REPO_ROOT, submit_job
+
+    run = _run(args)
+    overrides = render(run).lines()
+    module = DRY_RUN_MODULE if args.dry_run else ENTRY_MODULE
+    if not (REPO_ROOT / Path(*module.split("."))).with_suffix(".py").is_file():
+        raise ClusterError(
+            f"the entry point {module} is not in this repository yet (SkyRL's trainer with our harness as its "
+            "generator); --dry-run submits the stand-in that checks the overrides"
+        )
+    label = f"{run.name}-dryrun" if args.dry_run else run.name
+    outcome = submit_job(
+        args.address,
+        overrides,
+        module=module,
+        python=args.python,
+        env_vars=_key_values(args.env, "--env"),
+        timeout_s=args.timeout,
+        echo=lambda text: print(text, end="", flush=True),
+        run=label,
+    )
+    print(f"\njob {outcome.job_id}: {outcome.status}; {len(outcome.rows)} train steps read from its metrics")
+    if args.catalog and outcome.rows:
+        from tasks.catalog import Catalog
+
+        Catalog(args.catalog).append("train_steps", outcome.rows)
+        print(f"appended {len(outcome.rows)} rows to {args.catalog} (train_steps, stage hero, run {label})")
+    return 0 if outcome.succeeded else 1
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from trainer.skyrl.engines import ROUTES, vllm_serve_spec
+
+    run = _run(args)
+    try:
+        spec = vllm_serve_spec(
+            run.model,
+            tensor_parallel=run.layout.engine_tensor_parallel,
+            max_model_len=run.max_model_len,
+            gpu_memory_utilization=run.layout.gpu_memory_utilization,
+            max_num_seqs=run.layout.max_num_seqs,
+            host=args.host,
+            port=args.port,
+            served_model_name=run.served_model_name,
+            seed=run.seed,
+        )
+    except ValueError as error:
+        raise ClusterError(str(error)) from None
+    print(spec.command())
+    print("\nroutes:")
+    for name, route in ROUTES.items():
+        print(f"  {name:<22} {route.method:<5} {spec.base_url}{route.target()}")
+    print("\nour harness on this engine: --set " + " --set ".join(spec.harness_overrides()))
+    return 0
+
+
+def _render_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", required=True, help="a cluster profile name or path (qwen36-35b, qwen35-397b)")
+    parser.add_argument("--arm", help="the ablation arm to run (default: the profile's stages.ablations.prior)")
+    parser.add_argument("--storage", help="shared path or s3:// / gs:// URI for checkpoints, logs and data")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change a profile value")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    cluster = commands.add_parser("cluster", help="SkyRL on a Ray cluster: render, submit (Ray Jobs), engine spec")
+    sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    render = sub.add_parser("render", help="print the SkyRL overrides of a profile's hero run")
+    _render_flags(render)
+    render.set_defaults(handler=_render)
+    submit = sub.add_parser("submit", help="submit the run as a Ray Job, stream its log, read its metrics")
+    _render_flags(submit)
+    submit.add_argument("--address", required=True, help="the Ray dashboard, http://HOST:8265")
+    submit.add_argument("--dry-run", action="store_true", help="run the checking stand-in instead of SkyRL")
+    submit.add_argument("--timeout", type=float, default=3600.0, help="seconds before the job is stopped")
+    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="job environment variable")
+    submit.add_argument("--python", default="python", help="the interpreter on the cluster (default: python)")
+    submit.add_argument("--catalog", type=Path, help="append the job's train steps to this catalog.duckdb")
+    submit.set_defaults(handler=_submit)
+    engine = sub.add_parser("engine", help="print the vllm serve line and RL routes of one engine")
+    _render_flags(engine)
+    engine.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
+    engine.add_argument("--port", type=int, default=8000)
+    engine.set_defaults(handler=_engine)
+
+
+if __name__ == "__main__":
+    from flows.cli import main
+
+    sys.exit(main(["cluster", *sys.argv[1:]]))

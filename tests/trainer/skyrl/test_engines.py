@@ -1,0 +1,63 @@
+"""The vLLM launch spec: argv, environment, RL routes, and our harness pointed at the engine."""
+
+import shlex
+
+import pytest
+
+from flows.config import EngineBackend, load_profile
+from trainer.skyrl.engines import ROUTES, WORKER_EXTENSION, vllm_serve_spec
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_loopback_by_default_with_the_engine_flags() -> None:
+    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, max_num_seqs=256)
+    argv = spec.argv
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3.6-35B-A3B"]
+    assert _flag(argv, "--host") == "127.0.0.1" and _flag(argv, "--port") == "8000"
+    assert _flag(argv, "--tensor-parallel-size") == "8" and _flag(argv, "--max-model-len") == "262144"
+    assert _flag(argv, "--gpu-memory-utilization") == "0.85" and _flag(argv, "--max-num-seqs") == "256"
+    assert _flag(argv, "--weight-transfer-config") == '{"backend":"nccl"}'
+    assert _flag(argv, "--worker-extension-cls") == WORKER_EXTENSION
+    assert _flag(argv, "--served-model-name") == "Qwen/Qwen3.6-35B-A3B" and "--language-model-only" in argv
+    assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert spec.base_url == "http://127.0.0.1:8000"
+
+
+def test_the_rl_routes() -> None:
+    spec = vllm_serve_spec("m", tensor_parallel=1, max_model_len=4096, port=9001)
+    assert spec.url("pause") == "http://127.0.0.1:9001/pause?mode=keep"
+    assert (ROUTES["resume"].method, ROUTES["resume"].path) == ("POST", "/resume")
+    assert ROUTES["update_weights"].path == "/update_weights"
+    assert ROUTES["init_weight_transfer"].path == "/init_weight_transfer_engine"
+    assert ROUTES["completions"].path == "/v1/completions"
+
+
+def test_a_configured_host_listens_there_and_clients_connect_over_loopback_for_any() -> None:
+    assert vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, host="10.0.0.5").base_url == "http://10.0.0.5:8000"
+    spec = vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, host="0.0.0.0")
+    assert _flag(spec.argv, "--host") == "0.0.0.0" and spec.base_url == "http://127.0.0.1:8000"
+
+
+def test_the_command_line_quotes_for_the_shell() -> None:
+    spec = vllm_serve_spec("m", tensor_parallel=2, max_model_len=8, served_model_name="policy")
+    words = shlex.split(spec.command())
+    assert words[:2] == ["VLLM_SERVER_DEV_MODE=1", "VLLM_ALLOW_INSECURE_SERIALIZATION=1"]
+    assert words[2:] == spec.argv
+
+
+def test_the_harness_overrides_point_a_profile_at_the_engine() -> None:
+    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, served_model_name="policy")
+    config = load_profile("qwen36-35b", spec.harness_overrides())
+    assert config.backends.engine is EngineBackend.OPENAI
+    assert config.engine.url == "http://127.0.0.1:8000" and config.engine.served_model_name == "policy"
+
+
+@pytest.mark.parametrize(
+    "bad", [{"tensor_parallel": 0}, {"max_model_len": 1}, {"port": 0}, {"gpu_memory_utilization": 1.5}]
+)
+def test_impossible_specs_are_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        vllm_serve_spec("m", **({"tensor_parallel": 1, "max_model_len": 8} | bad))

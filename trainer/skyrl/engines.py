@@ -1,0 +1,135 @@
+"""The launch spec of one vLLM engine for RL (``vllm serve`` argv + environment), its control routes, and our harness
+pointed at it.
+
+SkyRL 0.3.x launches its engines itself (``generator.inference_engine.*``, as Ray actors) with the same arguments
+this spec writes out: tensor parallelism, the context window, the memory share, NCCL weight transfer through its
+worker extension, vLLM's own sampling defaults (``--generation-config vllm``), and the RL routes that vLLM registers
+when ``VLLM_SERVER_DEV_MODE=1``. The spec is for an engine run by hand or by another launcher: it listens on
+loopback unless a host is given, so nothing off the node reaches it unless asked for.
+
+Routes (vLLM's, with SkyRL's weight-transfer worker extension loaded):
+
+=============================  ======  ===========================================================================
+route                          method  what
+=============================  ======  ===========================================================================
+/health                        GET     liveness
+/v1/completions                POST    token in / token out: ``prompt`` as ids, ``return_token_ids``, ``logprobs``
+/pause?mode=keep               POST    freeze in-flight requests (they resume where they were; KV cache kept)
+/resume                        POST    resume after a pause
+/is_paused                     GET     pause state
+/init_weight_transfer_engine   POST    join the trainer's NCCL group (``{"init_info": {...}}``)
+/update_weights                POST    receive one weight update over that group (``{"update_info": {...}}``)
+/get_world_size                GET     the engine's GPU count (the trainer sizes the NCCL group with it)
+/collective_rpc                POST    run a worker-extension method on every worker (SkyRL's update start / finish)
+/sleep?level=1, /wake_up       POST    free / restore GPU memory (only when training shares the engine's GPUs)
+=============================  ======  ===========================================================================
+
+    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, port=8000)
+    spec.argv, spec.env, spec.url("pause"), spec.harness_overrides()
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+LOOPBACK = "127.0.0.1"
+WORKER_EXTENSION = "skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap"
+"""SkyRL 0.3.x's vLLM worker extension: receives weights over the trainer's NCCL group."""
+ENV = {
+    "VLLM_SERVER_DEV_MODE": "1",  # registers the pause / weight-transfer / sleep / collective_rpc routes
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # collective_rpc carries pickled arguments (SkyRL sets it too)
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+
+    def target(self) -> str:
+        return self.path + ("?" + "&".join(f"{k}={v}" for k, v in self.query.items()) if self.query else "")
+
+
+ROUTES: dict[str, Route] = {
+    "health": Route("GET", "/health"),
+    "completions": Route("POST", "/v1/completions"),
+    "pause": Route("POST", "/pause", {"mode": "keep"}),
+    "resume": Route("POST", "/resume"),
+    "is_paused": Route("GET", "/is_paused"),
+    "init_weight_transfer": Route("POST", "/init_weight_transfer_engine"),
+    "update_weights": Route("POST", "/update_weights"),
+    "world_size": Route("GET", "/get_world_size"),
+    "collective_rpc": Route("POST", "/collective_rpc"),
+    "sleep": Route("POST", "/sleep", {"level": "1"}),
+    "wake_up": Route("POST", "/wake_up"),
+}
+
+
+@dataclass(frozen=True)
+class VllmServeSpec:
+    argv: list[str]
+    env: dict[str, str]
+    host: str
+    port: int
+    served_model_name: str
+
+    @property
+    def base_url(self) -> str:
+        """Where a client on this node reaches the engine (``0.0.0.0`` listens everywhere; connect over loopback)."""
+        host = LOOPBACK if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def url(self, route: str) -> str:
+        """The full URL of a named route (``ROUTES``)."""
+        return self.base_url + ROUTES[route].target()
+
+    def command(self) -> str:
+        """The shell line: environment assignments, then the argv."""
+        return shlex.join([f"{k}={v}" for k, v in self.env.items()] + self.argv)
+
+    def harness_overrides(self) -> list[str]:
+        """Profile overrides that point our harness at this engine (``recipe ... --set``): the openai backend (any
+        vLLM-compatible URL) with the engine's URL and served name."""
+        return [
+            "backends.engine=openai",
+            f"engine.url={self.base_url}",
+            f"engine.served_model_name={self.served_model_name}",
+        ]
+
+
+def vllm_serve_spec(
+    model: str,
+    *,
+    tensor_parallel: int,
+    max_model_len: int,
+    gpu_memory_utilization: float = 0.85,
+    max_num_seqs: int | None = None,
+    host: str = LOOPBACK,
+    port: int = 8000,
+    served_model_name: str | None = None,
+    seed: int = 0,
+    language_model_only: bool = True,
+    weight_transfer_backend: str = "nccl",
+) -> VllmServeSpec:
+    """``vllm serve`` for one RL engine: loopback unless ``host`` is given; the model is served as
+    ``served_model_name`` (default: the model id)."""
+    if tensor_parallel < 1 or max_model_len < 2 or not 0 < gpu_memory_utilization <= 1 or not 0 < port < 65536:
+        raise ValueError(
+            f"tensor_parallel ≥ 1, max_model_len ≥ 2, gpu_memory_utilization in (0, 1] and a port in 1–65535, got "
+            f"{tensor_parallel}, {max_model_len}, {gpu_memory_utilization}, {port}"
+        )
+    name = served_model_name or model
+    argv = ["vllm", "serve", model, "--tensor-parallel-size", str(tensor_parallel), "--host", host, "--port", str(port)]
+    argv += ["--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    if max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(max_num_seqs)]
+    argv += ["--served-model-name", name, "--seed", str(seed), "--dtype", "bfloat16", "--enable-prefix-caching"]
+    argv += ["--generation-config", "vllm"]  # vLLM's sampling defaults, not the checkpoint's generation_config.json
+    if language_model_only:
+        argv += ["--language-model-only"]  # text-only harness: no vision tower for Qwen3.5 / 3.6
+    argv += ["--weight-transfer-config", json.dumps({"backend": weight_transfer_backend}, separators=(",", ":"))]
+    argv += ["--worker-extension-cls", WORKER_EXTENSION]
+    return VllmServeSpec(argv=argv, env=dict(ENV), host=host, port=port, served_model_name=name)
