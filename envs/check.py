@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from envs.mcp.servers import mcp_name
 from envs.mcp.variants import BadVariant
 from envs.oracle import OracleRun, require_oracle, run_oracle
 from envs.probes import run_probes
+from envs.scratch import scratch_dir
 from envs.types import TaskSpec, ToolCallRecord
 
 
@@ -68,7 +68,8 @@ Report = Callable[[OracleCheck], None]
 
 
 def fork_world(pristine: Path, dest: Path) -> Path:
-    """A private, writable copy of a pristine world for one rollout."""
+    """A private, writable copy of a pristine world for one rollout. Callers put ``dest`` in an
+    ``envs.scratch.scratch_dir``: a copy a crash (SIGKILL) left behind is swept by the next process."""
     shutil.copytree(pristine, dest, symlinks=True)
     return dest
 
@@ -122,7 +123,7 @@ def _record(task: TaskSpec, started: float, scored: Scored, calls: _CallLog) -> 
 
 def check_task(task: TaskSpec, worlds_root: Path) -> OracleCheck:
     started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
-    with tempfile.TemporaryDirectory(prefix=f"oracle-{task.task_id}-") as scratch:
+    with scratch_dir(f"oracle-{task.task_id}-") as scratch:
         try:
             world = World(fork_world(pristine, Path(scratch) / task.world_id))
             run = run_oracle(require_oracle(task), calls.direct(world))
@@ -140,7 +141,7 @@ async def _check_inmemory(
 
     for task in tasks:  # sequential: each session's cancel scopes must close in the task that opened them
         started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
-        with tempfile.TemporaryDirectory(prefix=f"oracle-{task.task_id}-") as scratch:
+        with scratch_dir(f"oracle-{task.task_id}-") as scratch:
             try:
                 copy = fork_world(pristine, Path(scratch) / task.world_id)
                 async with GatewayClient(Transport.INMEMORY, world=copy, variants=variants) as client:
@@ -151,7 +152,7 @@ async def _check_inmemory(
         report(_record(task, started, scored, calls))
     probes = []
     for world_id in _world_ids(tasks):
-        with tempfile.TemporaryDirectory(prefix=f"probe-{world_id}-") as scratch:
+        with scratch_dir(f"probe-{world_id}-") as scratch:
             copy = fork_world(worlds_root / world_id, Path(scratch) / world_id)
             async with GatewayClient(Transport.INMEMORY, world=copy, variants=variants) as client:
                 probes += [ProbeCall(world_id, record) for record in await run_probes(client.call)]
@@ -198,7 +199,7 @@ def _world_ids(tasks: Iterable[TaskSpec]) -> list[str]:
 def _probe_directly(tasks: list[TaskSpec], worlds_root: Path) -> list[ProbeCall]:
     probes = []
     for world_id in _world_ids(tasks):
-        with tempfile.TemporaryDirectory(prefix=f"probe-{world_id}-") as scratch:
+        with scratch_dir(f"probe-{world_id}-") as scratch:
             world = World(fork_world(worlds_root / world_id, Path(scratch) / world_id))
 
             async def call(name: str, args: dict[str, Any], world: World = world) -> ToolOutcome:

@@ -1,13 +1,87 @@
-"""Atomic file writes: a temp file in the target's folder, fsynced, then ``os.replace`` — a reader (or a crash)
-never sees half a file. Every write that matters in the project goes through here."""
+"""Atomic file writes and safe reads of files a model may have made.
+
+* Writes: a temp file in the target's folder, fsynced, then ``os.replace`` — a reader (or a crash) never sees half a
+  file. Every write that matters in the project goes through here; ``fsync_tree`` makes a folder written by a
+  library (a checkpoint) durable before it is renamed into place.
+* Reads: ``open_regular`` opens a file without blocking and refuses anything but a regular file. Model-run code can
+  leave a FIFO (``mkfifo``) where a file is expected: a plain ``open`` of it blocks until someone writes, which hung
+  the file tools' threads and the grader.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+class SpecialFileError(OSError):
+    """A path that is no regular file (a FIFO, socket, device or folder): reading it could block or never end."""
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words: "a regular file", "a FIFO (named pipe)", "a socket", ..."""
+    return "a regular file" if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "a special file")
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for binary reading, or ``SpecialFileError`` when it is not a regular file.
+
+    The open itself never blocks (``O_NONBLOCK``: a FIFO without a writer opens at once) and the type is checked on
+    the open descriptor, so a file swapped for a FIFO after a ``stat`` is still refused.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise SpecialFileError(errno.EINVAL, f"not a regular file but {file_kind(mode)}", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_bytes(path: Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (the first ``max_bytes`` of them when given); see ``open_regular``."""
+    with open_regular(path) as handle:
+        return handle.read() if max_bytes is None else handle.read(max_bytes)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` (and ``root`` itself): what a library wrote there is on disk before
+    the folder is renamed into place, so a crash never leaves a complete-looking folder of empty files."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(Path(folder))
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder: its entries (a rename into it, a new file) survive a crash."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import math
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,8 +27,9 @@ from pydantic import BaseModel
 
 from envs.apps.base import ToolError
 from envs.apps.docs import document_text
-from envs.apps.sheets import Book, computed_value, format_value
+from envs.apps.sheets import Book, computed_value, format_value, stored_cells
 from envs.apps.slides import deck_text
+from envs.files import file_kind, open_regular, read_regular_bytes
 from envs.jsonio import JsonError, parse_json
 from envs.paths import PathEscapeError, resolve_inside
 from envs.types import (
@@ -51,6 +53,7 @@ VERIFIER_LOGS = Path("logs") / "verifier"
 # A judge sees the changed files' text; the caps keep one huge output from crowding out the rest of its context.
 EVIDENCE_CHARS_PER_FILE = 6_000
 EVIDENCE_CHARS_TOTAL = 30_000
+MAX_REWARD_BYTES = 1 << 20  # a verifier's reward file is a number or a small JSON object
 _TEXT_SUFFIXES = frozenset({".txt", ".md", ".csv", ".tsv", ".json", ".py", ".sh", ".html", ".xml", ".yaml", ".yml"})
 # What the document helpers raise on a file they cannot read: ToolError for a corrupt file, a missing sheet, a bad
 # cell reference or a formula that cannot be computed; OSError for a file that cannot be opened at all.
@@ -131,11 +134,14 @@ def _fold(text: str) -> str:
 
 
 def _content_hash(path: Path) -> str:
-    if path.is_symlink():
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
         # A link is compared by where it points, never followed: it may point outside the world.
         return "symlink:" + os.readlink(path)
+    if not stat.S_ISREG(mode):  # a FIFO model code left: opening it would block grading forever
+        return f"special:{file_kind(mode)}"
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -175,7 +181,7 @@ class _Unmet(Exception):
 def _workbook_text(path: Path) -> str:
     """``Sheet!A1 = value`` per non-empty cell, formulas as their computed value; stops at the evidence cap."""
     book = Book(path)  # one load and one formula evaluator for the whole workbook
-    cells = ((sheet, cell) for sheet in book.workbook.worksheets for row in sheet.iter_rows() for cell in row)
+    cells = ((sheet, cell) for sheet in book.workbook.worksheets for cell in stored_cells(sheet))
     lines: list[str] = []
     size = 0
     for sheet, cell in cells:
@@ -197,9 +203,12 @@ def _file_text(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix in extractors:
         return extractors[suffix](path)
-    if suffix in _TEXT_SUFFIXES:
-        return path.read_text(encoding="utf-8", errors="replace")
-    return f"({path.stat().st_size} bytes, {suffix or 'no suffix'} file: content not shown)"
+    if suffix in _TEXT_SUFFIXES:  # enough bytes for the evidence cap, never the whole of a huge file
+        return read_regular_bytes(path, 4 * EVIDENCE_CHARS_PER_FILE).decode("utf-8", errors="replace")
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        return f"({file_kind(info.st_mode)}: content not shown)"
+    return f"({info.st_size} bytes, {suffix or 'no suffix'} file: content not shown)"
 
 
 @dataclass(frozen=True)
@@ -389,7 +398,7 @@ def read_verifier_reward(world: Path) -> float:
     logs = world / VERIFIER_LOGS
     text_file, json_file = logs / "reward.txt", logs / "reward.json"
     if text_file.is_file():
-        raw = text_file.read_text(errors="replace").strip()
+        raw = read_regular_bytes(text_file, MAX_REWARD_BYTES).decode(errors="replace").strip()
         try:
             return float(raw)
         except ValueError:
@@ -397,7 +406,7 @@ def read_verifier_reward(world: Path) -> float:
     if not json_file.is_file():
         raise _Unmet(f"the verifier wrote neither {VERIFIER_LOGS}/reward.txt nor reward.json")
     try:
-        data = parse_json(json_file.read_text(errors="replace"))
+        data = parse_json(read_regular_bytes(json_file, MAX_REWARD_BYTES).decode(errors="replace"))
     except JsonError as exc:
         raise _Unmet(f"{VERIFIER_LOGS}/reward.json is not valid JSON: {exc}") from None
     if isinstance(data, dict) and "reward" in data:

@@ -18,7 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -29,6 +28,7 @@ from envs.graders import grade
 from envs.harness.agent import EnvFactory, SampleEnv
 from envs.harness.tools import GatewayToolSession, LocalToolSession
 from envs.sandbox.pool import SandboxPool
+from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 
 
@@ -51,7 +51,7 @@ def local_envs(task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = N
 
     @asynccontextmanager
     async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
-        with tempfile.TemporaryDirectory(prefix=f"rollout-{task.task_id}-{sample_index}-") as scratch:
+        with scratch_dir(f"rollout-{task.task_id}-{sample_index}-") as scratch:
             copy = fork_world(pristine, Path(scratch) / task.world_id)
             async with LocalToolSession(World(copy), apps=apps) as tools:
                 yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy))

@@ -34,7 +34,6 @@ import asyncio
 import hashlib
 import json
 import random
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from envs.harness.chat import ToolListing, compact_system_prompt
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.tools import LocalToolSession
 from envs.oracle import require_oracle
+from envs.scratch import scratch_dir
 from envs.types import Split, TaskSpec, Tier
 from envs.worlds import world_index
 from trainer.engine import Engine, EngineConfig
@@ -356,7 +356,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     if not train_tasks:
         raise ValueError(f"no train-split task among the {len(tasks)} selected tasks")
     config = harness_config(spec)
-    with tempfile.TemporaryDirectory(prefix="bootstrap-worlds-") as scratch:
+    with scratch_dir("bootstrap-worlds-") as scratch:
         worlds = {
             task.task_id: World(fork_world(worlds_root / task.world_id, Path(scratch) / task.task_id))
             for task in train_tasks
@@ -448,7 +448,7 @@ async def _check_parity_sample(
     # A swapped trace shows a value the world does not hold: replaying it against real tools must differ.
     replayable = [trace for trace in distinct if not trace.swapped]
     sample = sorted(replayable, key=lambda trace: trace.noise is None)[: spec.parity_checks]
-    with tempfile.TemporaryDirectory(prefix="bootstrap-parity-") as scratch:
+    with scratch_dir("bootstrap-parity-") as scratch:
         for index, trace in enumerate(sample):
             task = tasks_by_id[trace.task_id]
             world = World(fork_world(worlds_root / task.world_id, Path(scratch) / str(index)))

@@ -33,6 +33,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from envs.files import fsync_tree
 from envs.harness.policy import PolicyHarness, write_policy_harness
 from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
 
@@ -125,6 +126,7 @@ def save_policy(
         tokenizer.save_pretrained(tmp)
         if harness is not None:
             write_policy_harness(tmp, harness)
+        fsync_tree(tmp)  # on disk before the rename: a crash never leaves a policy folder of empty files
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

@@ -25,7 +25,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, create_model
 
-from envs.files import atomic_write_json
+from envs.apps.office_files import OfficeFileError, check_office_file
+from envs.files import atomic_write_json, file_kind, read_regular_bytes
 from envs.paths import PathEscapeError, resolve_inside
 
 
@@ -79,6 +80,8 @@ def existing_file(world: World, path: str, suffixes: tuple[str, ...]) -> Path:
         raise ToolError(f"{path!r} is a directory, not a file")
     if not file.exists():
         raise ToolError(f"no file {path!r} in the filesystem{_nearby_hint(world, file, suffixes)}")
+    if not file.is_file():
+        raise ToolError(f"{path!r} is not a regular file but {file_kind(file.stat().st_mode)}; tools read files only")
     return file
 
 
@@ -103,9 +106,15 @@ Loaded = TypeVar("Loaded")
 def open_with(loader: Callable[[Path], Loaded], file: Path, kind: str) -> Loaded:
     """Open ``file`` with a third-party parser, turning its failure on a corrupt file into a ToolError.
 
-    The parsers (openpyxl, python-docx, python-pptx, pdfplumber) raise many unrelated exception types on bad input,
-    hence the broad catch; an OSError still propagates so ``call_tool`` reports it as such.
+    First ``check_office_file``: a FIFO or other special file (which would block the parser forever) and an office file
+    past the size limits (a zip bomb, a sheet that expands to billions of cells) are refused before the parser sees
+    them. The parsers (openpyxl, python-docx, python-pptx, pdfplumber) raise many unrelated exception types on bad
+    input, hence the broad catch; an OSError still propagates so ``call_tool`` reports it as such.
     """
+    try:
+        check_office_file(file)
+    except OfficeFileError as error:
+        raise ToolError(f"cannot open {file.name} as {kind}: {error}") from None
     try:
         return loader(file)
     except OSError:
@@ -125,7 +134,7 @@ def load_app_state(world: World, rel: str, model: type[State]) -> State:
     if not file.is_file():
         raise ToolError(f"this world has no {rel.split('/')[0]} data (apps_data/{rel} is missing)")
     try:
-        return model.model_validate_json(file.read_bytes())
+        return model.model_validate_json(read_regular_bytes(file))
     except ValidationError as error:
         raise ToolError(f"apps_data/{rel} is malformed: {error}") from error
 
@@ -232,15 +241,49 @@ def tool_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def check_encodable(name: str, args: Any) -> None:
+    """Refuse a call whose name or arguments cannot travel as UTF-8 JSON: a lone surrogate such as ``"x\\udcff"``
+    (what the JSON escape ``\\udcff`` decodes to) is no Unicode text, so every JSON-RPC transport fails to encode it.
+
+    The model wrote it, so it is a ``ToolError`` naming the argument and the character (a corrective observation);
+    unchecked, the encoding error closed the gateway's connection and every later call on it failed as infra.
+    """
+    pending: list[tuple[str, Any]] = [("the tool name", name), ("the arguments", args)]
+    while pending:  # a loop, not recursion: arguments may nest deeply
+        where, value = pending.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise ToolError(
+                    f"{name!a}: {where} holds {value[error.start]!a} at character {error.start}, a lone surrogate "
+                    "that is not valid Unicode text; send the text without it"
+                ) from None
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                label = f"argument {key!a}" if where == "the arguments" else f"{where} key {key!a}"
+                pending += [(f"{where} key {key!a}", key), (label, item)]
+        elif isinstance(value, list | tuple):
+            pending += [(f"{where} item {index}", item) for index, item in enumerate(value)]
+
+
+def encodable_text(text: str) -> str:
+    """``text`` with every lone surrogate written as an escape (``\\udcff``): what a tool answers (a file name that is
+    not UTF-8, a value a model wrote) must survive JSON encoding and the tokenizer."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
 def call_tool(world: World, name: str, args: dict[str, Any]) -> str:
     """Validate ``args`` against tool ``name``'s signature, run it on ``world`` and return its text.
 
-    Raises ToolError for an unknown tool, missing / extra / wrongly typed arguments, a path that leaves the world, an
-    OSError, or any failure the operation itself reports.
+    Raises ToolError for an unknown tool, arguments that are no valid Unicode text (``check_encodable``), missing /
+    extra / wrongly typed arguments, a path that leaves the world, an OSError, or any failure the operation itself
+    reports.
     """
     spec = get_tool(name)
     if not isinstance(args, dict):
         raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    check_encodable(name, args)
     try:
         validated = spec.arguments.model_validate(args)
     except ValidationError as error:

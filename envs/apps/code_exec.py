@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from pydantic import Field
 
 from envs.apps.base import ToolError, World, tool
 from envs.sandbox.limits import ResourceLimits, isolate, preexec
+from envs.scratch import scratch_dir
 
 APP = "code_exec"
 MAX_OUTPUT_BYTES = 20_000  # per stream: the first and the last 10 000 bytes are kept
@@ -115,7 +115,7 @@ def run_limited(
     """
     limits = limits or ResourceLimits.from_env()
     wall_s = min(timeout_s, limits.wall_s)
-    with tempfile.TemporaryDirectory(prefix="exec-", ignore_cleanup_errors=True) as scratch:
+    with scratch_dir("exec-") as scratch:
         started = time.monotonic()
         process = subprocess.Popen(
             isolate(argv, cwd, [cwd, Path(scratch)], limits.isolation),

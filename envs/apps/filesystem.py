@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field
 
 from envs.apps.base import READER_BY_SUFFIX, ToolError, World, tool
-from envs.files import atomic_write_text
+from envs.files import SpecialFileError, atomic_write_text, read_regular_bytes
 from envs.paths import PathEscapeError
 
 APP = "filesystem"
@@ -18,8 +18,12 @@ MAX_SEARCH_BYTES = 2_000_000
 
 
 def read_text_or_none(file: Path) -> str | None:
-    """The UTF-8 text of ``file``, or None when it is a binary file."""
-    data = file.read_bytes()
+    """The UTF-8 text of ``file``, or None when it is a binary file; a FIFO or other special file is refused with a
+    ``ToolError`` (reading it would block the tool's thread forever)."""
+    try:
+        data = read_regular_bytes(file)
+    except SpecialFileError as error:
+        raise ToolError(f"{file.name!r} is {error.strerror}; only regular files can be read") from None
     if b"\x00" in data[:8192]:
         return None
     try:

@@ -19,7 +19,7 @@ from envs.apps.base import (
     save_app_state,
     tool,
 )
-from envs.files import atomic_write_bytes
+from envs.files import atomic_write_bytes, read_regular_bytes
 from envs.paths import resolve_inside
 
 APP = "mail"
@@ -145,7 +145,7 @@ def save_attachment(world: World, message_id: str, filename: str, dest_path: str
     dest = world.path(dest_path)
     if dest.is_dir() or dest_path.endswith("/"):
         dest = resolve_inside(dest, Path(filename).name)
-    atomic_write_bytes(dest, source.read_bytes())
+    atomic_write_bytes(dest, read_regular_bytes(source))
     return f"saved {filename} from {message_id} to {world.rel(dest)}"
 
 
@@ -177,7 +177,7 @@ def send_message(
         raise ToolError(f"attachments must have distinct file names, got: {', '.join(names)}")
     message_id = next_id("m", [m.id for m in mailbox.messages])
     for file in files:
-        atomic_write_bytes(_attachments_dir(world, message_id) / file.name, file.read_bytes())
+        atomic_write_bytes(_attachments_dir(world, message_id) / file.name, read_regular_bytes(file))
     mailbox.messages.append(
         Message(
             id=message_id,

@@ -4,6 +4,10 @@ Values shown are always COMPUTED from the formulas stored in the file (never Exc
 drops on save), so after ``write_cell`` every dependent formula reflects the new value on the next read. pycel's
 ``ExcelCompiler`` evaluates cross-sheet references and the common functions; ``envs.apps.sheet_functions`` adds the
 ones it lacks (MEDIAN, STDEV, PRODUCT, PMT, IRR, ...).
+
+A workbook is checked before openpyxl opens it (``envs.apps.office_files``: size, sheet extent, merged ranges), and a
+formula range over more than ``MAX_RANGE_CELLS`` cells is refused before pycel builds every cell of it. Reads walk the
+cells a sheet stores (``stored_cells``), never every coordinate of its used range.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import openpyxl
-from openpyxl.utils import column_index_from_string, get_column_letter, quote_sheetname, range_boundaries
+from openpyxl.cell.cell import Cell
+from openpyxl.formula import Tokenizer
+from openpyxl.utils import column_index_from_string, quote_sheetname, range_boundaries
 from openpyxl.workbook.workbook import Workbook
 from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 from pycel import ExcelCompiler
 
 from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.apps.office_files import MAX_RANGE_CELLS
 from envs.files import atomic_write_bytes
 
 APP = "sheets"
@@ -94,6 +101,33 @@ def _range_bounds(cell_range: str) -> tuple[int, int, int, int]:
     return min(min_col, max_col), min(min_row, max_row), max(min_col, max_col), max(min_row, max_row)
 
 
+def stored_cells(ws: Worksheet, bounds: tuple[int, int, int, int] | None = None) -> list[Cell]:
+    """The cells ``ws`` stores (within ``(min_col, min_row, max_col, max_row)`` when given), row by row.
+
+    Walking ``iter_rows`` instead would create a cell for every coordinate of the used range: a sheet holding only
+    A1 and XFD1048576 would cost 17 billion of them.
+    """
+    keys = ws._cells.keys()  # openpyxl's own map of the stored cells: it has no public view of it
+    if bounds is not None:
+        min_col, min_row, max_col, max_row = bounds
+        keys = [(r, c) for r, c in keys if min_row <= r <= max_row and min_col <= c <= max_col]
+    return [ws._cells[key] for key in sorted(keys)]
+
+
+def _range_cells(ref: str, rows: int, columns: int) -> int:
+    """How many cells pycel builds for the range operand ``ref`` (``Sheet!A1:C5``, ``B:B``, ``3:4``): a range spanning
+    all rows or all columns is cut to the used ``rows`` / ``columns``, as pycel does; 0 for a name."""
+    try:
+        min_col, min_row, max_col, max_row = range_boundaries(ref.rpartition("!")[2].replace("$", ""))
+    except (ValueError, TypeError):
+        return 0
+    height = max_row - min_row + 1 if min_row is not None and max_row is not None else MAX_ROW
+    width = max_col - min_col + 1 if min_col is not None and max_col is not None else MAX_COLUMN
+    if height == MAX_ROW or width == MAX_COLUMN:
+        return min(height, rows) * min(width, columns)
+    return height * width
+
+
 class Book:
     """An opened workbook: formulas as stored, plus a lazily built pycel evaluator for computed values."""
 
@@ -101,6 +135,29 @@ class Book:
         self.file = file
         self.workbook: Workbook = open_with(openpyxl.load_workbook, file, "an Excel workbook")
         self._compiler: ExcelCompiler | None = None
+        self._oversized: str | None = None
+
+    def _oversized_range(self) -> str | None:
+        """Why pycel must not evaluate this workbook: a formula range over ``MAX_RANGE_CELLS`` cells (pycel builds
+        every cell of every range it meets, and a formula may depend on one anywhere in the workbook)."""
+        sheets = self.workbook.worksheets
+        rows, columns = max(ws.max_row for ws in sheets), max(ws.max_column for ws in sheets)
+        for ws in sheets:
+            for cell in stored_cells(ws):
+                if not _is_formula(cell.value):
+                    continue
+                text = _formula_text(cell.value).strip("{}")
+                try:
+                    operands = [t.value for t in Tokenizer(text).items if t.type == "OPERAND" and t.subtype == "RANGE"]
+                except Exception:  # an untokenizable formula is pycel's to report
+                    continue
+                for ref in operands:
+                    if (size := _range_cells(ref, rows, columns)) > MAX_RANGE_CELLS:
+                        return (
+                            f"the formula of {ws.title}!{cell.coordinate} ({text}) covers {size} cells in {ref} (limit "
+                            f"{MAX_RANGE_CELLS}): narrow the range"
+                        )
+        return None
 
     def sheet(self, name: str) -> Worksheet:
         """The worksheet called ``name`` (exact, else the unique case-insensitive match)."""
@@ -118,7 +175,10 @@ class Book:
         if not _is_formula(raw):
             return raw
         if self._compiler is None:
+            self._oversized = self._oversized_range()
             self._compiler = ExcelCompiler(excel=self.workbook, plugins=PLUGINS)
+        if self._oversized is not None:
+            raise FormulaError(f"{sheet.title}!{cell}", _formula_text(raw), self._oversized)
         try:
             return self._compiler.evaluate(f"{quote_sheetname(sheet.title)}!{cell}")
         except Exception as error:  # pycel raises many types (UnknownFunction, FormulaEvalError, RecursionError...)
@@ -180,25 +240,21 @@ def read_sheet(world: World, path: str, sheet: str, cell_range: str | None = Non
     """
     book = _open(world, path)
     ws = book.sheet(sheet)
-    min_col, min_row, max_col, max_row = _range_bounds(cell_range or ws.dimensions)
-    lines: list[str] = []
+    bounds = _range_bounds(cell_range or ws.dimensions)
+    rows: dict[int, list[str]] = {}
     shown = 0
-    for row in range(min_row, min(max_row, ws.max_row) + 1):
-        cells = []
-        for col in range(min_col, min(max_col, ws.max_column) + 1):
-            ref = f"{get_column_letter(col)}{row}"
-            try:
-                value = book.computed(ws, ref)
-            except FormulaError as error:
-                value = f"#ERROR({error.reason})"
-            if value is not None and value != "":
-                cells.append(f"{ref}={format_value(value)}")
-        if cells:
-            lines.append(" | ".join(cells))
-            shown += len(cells)
-        if shown >= MAX_CELLS_SHOWN:
-            lines.append(f"[stopped after {shown} cells at row {row}: pass a smaller cell_range to see the rest]")
+    for stored in stored_cells(ws, bounds):
+        if shown >= MAX_CELLS_SHOWN and stored.row not in rows:
+            rows[-1] = [f"[stopped after {shown} cells at row {max(rows)}: pass a smaller cell_range to see the rest]"]
             break
+        try:
+            value = book.computed(ws, stored.coordinate)
+        except FormulaError as error:
+            value = f"#ERROR({error.reason})"
+        if value is not None and value != "":
+            rows.setdefault(stored.row, []).append(f"{stored.coordinate}={format_value(value)}")
+            shown += 1
+    lines = [" | ".join(cells) for cells in rows.values()]
     where = f"{ws.title}!{cell_range}" if cell_range else f"sheet {ws.title!r}"
     return "\n".join(lines) if lines else f"(no values in {where})"
 

@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -45,7 +44,7 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.apps import ToolError
-from envs.apps.base import describe_validation_error
+from envs.apps.base import check_encodable, describe_validation_error, encodable_text
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.apps.filesystem import read_text_or_none
 from envs.check import fork_world
@@ -57,6 +56,7 @@ from envs.harness.tools import ToolOutcome
 from envs.oracle import OracleError, OracleRun, require_oracle, run_oracle
 from envs.paths import PathEscapeError, resolve_inside
 from envs.sandbox.limits import ResourceLimits
+from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 
 __all__ = [
@@ -223,15 +223,18 @@ class RegistryToolSession:
             tool = self.tools.get(name)
             if tool is None:
                 raise ToolError(f"unknown tool {name!r}; tools are: {', '.join(self.tools)}")
+            check_encodable(name, args)
             try:
                 validated = tool.arguments.model_validate(args)
             except ValidationError as error:
                 raise ToolError(f"{name}: {describe_validation_error(error, tool.arguments)}") from error
             reply = await asyncio.to_thread(tool.run, self, validated)
         except (ToolError, PathEscapeError) as error:
-            return ToolOutcome(f"{error}", is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
+            message = encodable_text(f"{error}")
+            return ToolOutcome(message, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
         except OSError as error:
             message = f"{name}: {self.hide_paths(f'{error.strerror or type(error).__name__}: {error.filename}')}"
+            message = encodable_text(message)
             return ToolOutcome(message, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
         latency_s = time.perf_counter() - started
         if isinstance(reply, ExecResult):
@@ -240,7 +243,7 @@ class RegistryToolSession:
             return ToolOutcome(
                 text, is_error=failed, latency_s=latency_s, returned_empty=False, timed_out=reply.timed_out
             )
-        return ToolOutcome(reply, is_error=False, latency_s=latency_s, returned_empty=not reply)
+        return ToolOutcome(encodable_text(reply), is_error=False, latency_s=latency_s, returned_empty=not reply)
 
     def hide_paths(self, text: str) -> str:
         """``text`` without the host's absolute paths (subclasses know their folders)."""
@@ -450,7 +453,7 @@ def code_only_envs(task: TaskSpec, worlds_root: Path, limits: ResourceLimits | N
 
     @asynccontextmanager
     async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
-        with tempfile.TemporaryDirectory(prefix=f"code-only-{task.task_id}-{sample_index}-") as scratch:
+        with scratch_dir(f"code-only-{task.task_id}-{sample_index}-") as scratch:
             copy = fork_world(pristine, Path(scratch) / task.world_id)
             async with CodeToolSession(copy, limits) as tools:
                 yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy))

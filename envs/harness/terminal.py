@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from envs.harness.code_tools import DEFAULT_BASH_TIMEOUT_S, BashArgs, CodeTool, 
 from envs.loaders import HARBOR_SOLUTION_SCRIPT, HARBOR_TEST_SCRIPT, load_harbor_dir
 from envs.oracle import OracleError
 from envs.sandbox.limits import ResourceLimits
+from envs.scratch import scratch_dir
 from envs.types import GradeResult, TaskSpec
 
 __all__ = [
@@ -163,7 +163,7 @@ def terminal_envs(task: TaskSpec, limits: ResourceLimits | None = None) -> EnvFa
 
     @asynccontextmanager
     async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
-        with tempfile.TemporaryDirectory(prefix=f"terminal-{task.task_id}-{sample_index}-") as scratch:
+        with scratch_dir(f"terminal-{task.task_id}-{sample_index}-") as scratch:
             sandbox = create_sandbox(task, Path(scratch) / "sandbox")
             async with TerminalToolSession(sandbox, limits) as tools:
                 yield SampleEnv(tools, lambda answer: grade_terminal(task, sandbox, answer, limits))
@@ -181,7 +181,7 @@ def run_terminal_oracle(task: TaskSpec, limits: ResourceLimits | None = None) ->
     if not solution.is_file():
         raise OracleError(f"Harbor task {task.task_id} has no {HARBOR_SOLUTION_SCRIPT}")
     timeout_s = min(task.metadata.get("agent_timeout_sec") or DEFAULT_BASH_TIMEOUT_S, MAX_TIMEOUT_S)
-    with tempfile.TemporaryDirectory(prefix=f"terminal-oracle-{task.task_id}-") as scratch:
+    with scratch_dir(f"terminal-oracle-{task.task_id}-") as scratch:
         sandbox = create_sandbox(task, Path(scratch) / "sandbox")
         result = TerminalToolSession(sandbox, limits).bash(solution.read_text(), timeout_s)
         if result.exit_code != 0 or result.timed_out:

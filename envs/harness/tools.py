@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
+from envs.apps.base import encodable_text
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import mcp_name, registry_name
 from envs.types import ToolCallRecord
@@ -117,14 +118,16 @@ class LocalToolSession:
 
 
 def app_outcome(world: World, name: str, args: dict[str, Any]) -> ToolOutcome:
-    """Call registry tool ``name`` on ``world`` in this thread; a ``ToolError`` becomes an error outcome the model
-    can read, and a tool returning nothing on success is recorded as ``returned_empty``."""
+    """Call registry tool ``name`` on ``world`` in this thread; a ``ToolError`` (arguments that are no valid Unicode
+    text included) becomes an error outcome the model can read, and a tool returning nothing on success is recorded as
+    ``returned_empty``. Texts go out through ``encodable_text``, as from the gateway."""
     started = time.perf_counter()
     try:
         text = call_tool(world, name, args)
     except ToolError as error:
-        return ToolOutcome(str(error), is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
-    text = "" if text is None else str(text)  # a tool returning None on success is a bug the records must show
+        message = encodable_text(str(error))
+        return ToolOutcome(message, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
+    text = "" if text is None else encodable_text(str(text))  # None on success is a bug the records must show
     return ToolOutcome(text, is_error=False, latency_s=time.perf_counter() - started, returned_empty=not text.strip())
 
 

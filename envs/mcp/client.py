@@ -5,8 +5,11 @@
 - ``http``: a running gateway (``--transport http``) at ``url``, e.g. ``http://127.0.0.1:8765/mcp``.
 
 Every call has a timeout (default 60 s; the handshake and tool listing have their own). A call that times out comes
-back as an error outcome with ``timed_out=True``; a broken transport raises. Open several clients one after the
-other inside one task: each holds anyio cancel scopes that must close in the order they opened.
+back as an error outcome with ``timed_out=True``. A call whose name or arguments are no valid Unicode text (a lone
+surrogate: ``envs.apps.base.check_encodable``) comes back as an error outcome without being sent, since encoding it
+would close the session; answers go through ``encodable_text``. A broken transport raises; ``ping`` tells whether the
+session still answers. Open several clients one after the other inside one task: each holds anyio cancel scopes that
+must close in the order they opened.
 
 Example::
 
@@ -33,7 +36,8 @@ from mcp.server import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp.types import REQUEST_TIMEOUT, TextContent
 
-from envs.apps import World
+from envs.apps import ToolError, World
+from envs.apps.base import check_encodable, encodable_text
 from envs.mcp.servers import APP_NAMES, build_gateway, mcp_name
 from envs.mcp.variants import BadVariant
 
@@ -148,6 +152,11 @@ class GatewayClient:
     ) -> None:
         await self._client.__aexit__(exc_type, exc, tb)
 
+    async def ping(self) -> None:
+        """A round trip to the gateway (``tools/list`` past the client's cache; MCP's own ping is deprecated): returns
+        when it answered, raises when the session is broken."""
+        await self._client.list_tools(cache_mode="bypass")
+
     async def list_tools(self) -> list[mcp.types.Tool]:
         return (await self._client.list_tools()).tools
 
@@ -155,6 +164,10 @@ class GatewayClient:
         """Call a tool by gateway name (``sheets_read_cell``) or registry name (``sheets.read_cell``)."""
         exposed = mcp_name(name) if "." in name else name
         started = time.perf_counter()
+        try:
+            check_encodable(exposed, args)
+        except ToolError as error:  # the model's fault: a corrective observation, and the session stays open
+            return ToolOutcome(str(error), is_error=True, latency_s=0.0, returned_empty=False)
         try:
             result = await self._client.call_tool(exposed, args, read_timeout_seconds=self.call_timeout_s)
         except MCPError as error:
@@ -165,7 +178,9 @@ class GatewayClient:
                 text, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False, timed_out=True
             )
         latency_s = time.perf_counter() - started
-        text = "\n".join(
-            block.text if isinstance(block, TextContent) else f"[{block.type} content]" for block in result.content
+        text = encodable_text(
+            "\n".join(
+                block.text if isinstance(block, TextContent) else f"[{block.type} content]" for block in result.content
+            )
         )
         return ToolOutcome(text, result.is_error, latency_s, returned_empty=not result.is_error and not text.strip())

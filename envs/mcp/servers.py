@@ -8,7 +8,9 @@ validation would answer with a raw pydantic dump). Results:
 - success: one text block with the operation's output; an empty output stays empty (no content), so a tool that
   returns nothing on success is visible to the caller and the de-risk gate instead of being papered over here;
 - ``ToolError`` (and a path that leaves the world): an error result (``is_error=True``) with the message;
-- any other exception: an error result naming the exception type; the server keeps serving.
+- any other exception: an error result naming the exception type; the server keeps serving;
+- every text goes out through ``encodable_text``: a lone surrogate (a file name that is not UTF-8) would otherwise
+  fail the JSON encoding of the answer and close the connection.
 
 Per-app servers name tools by operation (``read_cell``); the gateway namespaces them as ``<app>_<op>``
 (``sheets_read_cell``, see ``mcp_name`` / ``registry_name``).
@@ -36,6 +38,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict
 
 from envs.apps import TOOLS, ToolError, World, tool_schema
+from envs.apps.base import encodable_text
 from envs.mcp.variants import READ_OP_PREFIXES, BadVariant, Runner, runner_for
 from envs.paths import PathEscapeError
 
@@ -76,7 +79,7 @@ def _suggestion(name: str, known: Iterable[str]) -> str:
 
 
 def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=encodable_text(text))], is_error=True)
 
 
 async def run_tool(runner: Runner, world: World, name: str, arguments: dict[str, Any]) -> CallToolResult:
@@ -92,7 +95,7 @@ async def run_tool(runner: Runner, world: World, name: str, arguments: dict[str,
     except Exception as error:  # a tool never takes its server down: report the crash to the caller and the log
         logger.exception("tool %s crashed", name)
         return _error(f"{name} failed unexpectedly: {type(error).__name__}: {error}")
-    return CallToolResult(content=[TextContent(type="text", text=text)] if text else [])
+    return CallToolResult(content=[TextContent(type="text", text=encodable_text(text))] if text else [])
 
 
 class _RawArguments(ArgModelBase):

@@ -49,6 +49,8 @@ class SandboxTimeouts:
     """Close the MCP session and stop the gateway; past it the processes are killed."""
     reset_s: float = 60.0
     """Restore the world copy to pristine."""
+    health_s: float = 5.0
+    """The health check's ping (``Sandbox.healthy``): a gateway that does not answer in time is replaced."""
 
 
 class SandboxError(RuntimeError):
@@ -80,6 +82,25 @@ class Sandbox(ABC):
             return await asyncio.wait_for(self.client.call(name, args), self.timeouts.call_s)
         except TimeoutError as error:
             raise SandboxError(f"{name} on {self.world_id}: no answer within {self.timeouts.call_s:g} s") from error
+
+    async def healthy(self) -> bool:
+        """Whether the gateway still serves: its session is open, the task holding it alive, and it answers a ping
+        within ``timeouts.health_s``. A pool asks before it hands a sandbox out and when it takes one back."""
+        held = self._held
+        if held is None or not held.alive:
+            return False
+        try:
+            await asyncio.wait_for(held.client.ping(), self.timeouts.health_s)
+        except Exception as error:  # a closed or crashed session raises whatever its transport raises
+            log.info(
+                "gateway for %s at %s fails its health check: %s: %s",
+                self.world_id,
+                self.world_root,
+                type(error).__name__,
+                error,
+            )
+            return False
+        return True
 
     async def close_client(self) -> None:
         held, self._held = self._held, None
@@ -130,6 +151,11 @@ class SandboxProvider(ABC):
     async def start(self, world_id: str) -> Sandbox:
         """A running sandbox on a fresh copy of ``world_id``, within ``timeouts.start_s``."""
 
+    def sweep_stale(self) -> list[Path]:
+        """Delete what sandboxes of processes that died (SIGKILL: no reaper ran) left behind; returns what went.
+        A pool calls it as it starts."""
+        return []
+
 
 # --- holding a client open --------------------------------------------------------------------------------------------
 
@@ -162,6 +188,11 @@ class HeldClient:
             raise SandboxError(f"{what} failed to start: {type(error).__name__}: {error}") from error
         await held.close(timeout_s)
         raise SandboxError(f"{what} did not finish its MCP handshake within {timeout_s:g} s")
+
+    @property
+    def alive(self) -> bool:
+        """False once the client's task has ended: its transport crashed (or it was closed)."""
+        return self._task is not None and not self._task.done()
 
     async def _hold(self) -> None:
         async with self.client:

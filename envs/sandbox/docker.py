@@ -26,6 +26,7 @@ from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
 from envs.sandbox.local import Pristine, WorldCopy, open_gateway
+from envs.scratch import owned_folder, sweep_stale
 
 DEFAULT_IMAGE = "rl-recipe-gateway:latest"
 CONNECT_TIMEOUT_S = 5.0
@@ -102,7 +103,7 @@ class DockerProvider(SandboxProvider):
             self._docker = await asyncio.to_thread(connect)
         if world_id not in self._pristine:
             self._pristine[world_id] = await asyncio.to_thread(Pristine.scan, pristine.resolve())
-        root = (self.scratch / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
+        root = (owned_folder(self.scratch) / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
         copy = await asyncio.wait_for(
             asyncio.to_thread(WorldCopy.create, self._pristine[world_id], root), self.timeouts.start_s
         )
@@ -121,6 +122,9 @@ class DockerProvider(SandboxProvider):
             await sandbox.close()
             raise
         return sandbox
+
+    def sweep_stale(self) -> list[Path]:
+        return sweep_stale(self.scratch)
 
     def _run(self, world: Path) -> Any:
         limits = self.limits

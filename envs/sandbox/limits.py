@@ -8,9 +8,11 @@ inherits the same limits. Two layers apply them:
   limit, SIGKILL one second later), ``RLIMIT_AS`` (address space: allocations beyond it fail, Python raises
   MemoryError), ``RLIMIT_FSIZE`` (largest file written: EFBIG, or SIGXFSZ for programs that do not ignore it),
   ``RLIMIT_NPROC`` (processes of the user: ``fork`` fails with EAGAIN);
-- bubblewrap (``bwrap``), when on PATH and able to create namespaces: no network, a private ``/tmp``, a read-only
-  view of the host, and the working folder and the launch's scratch folder (HOME, TMPDIR) as the only writable host
-  paths. Without it a one-time warning is logged and only the rlimits and the apps' own path checks hold.
+- bubblewrap (``bwrap``), when on PATH and able to create namespaces: no network, a private ``/tmp``, only what the
+  interpreter needs of the host (system programs and libraries, the venv, the app CLI's sources; read-only), the
+  working folder and the launch's scratch folder (HOME, TMPDIR) as the only host paths it can write, and, when we are
+  root, the unprivileged user ``nobody`` with no capabilities. Without bwrap a one-time warning is logged and only the
+  rlimits and the apps' own path checks hold.
 
 Example::
 
@@ -139,31 +141,91 @@ def preexec(limits: ResourceLimits) -> Callable[[], None]:
 def warn_if_root(uid: int) -> None:
     if uid == 0:
         log.warning(
-            "sandboxed code runs as root: the kernel does not enforce RLIMIT_NPROC for uid 0, so a fork bomb is only "
-            "stopped by the wall-clock kill; run the sandbox as an unprivileged user"
+            "sandboxed code is launched by root: under bubblewrap it runs without capabilities (as nobody where user "
+            "namespaces work), but the kernel still counts its processes as root's and never enforces RLIMIT_NPROC "
+            "for them, so a fork bomb is only stopped by the wall-clock kill; run the sandbox as an unprivileged user"
         )
 
 
 # --- bubblewrap -------------------------------------------------------------------------------------------------------
 
+SANDBOX_UID = 65534
+"""``nobody``: the user sandboxed code runs as when we are root (see ``bwrap_argv``)."""
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+"""The system's programs and libraries, read-only (a merged-/usr system's ``/bin -> usr/bin`` stays a symlink)."""
+SYSTEM_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",  # /usr/bin/awk -> /etc/alternatives/awk -> /usr/bin/mawk
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",  # names only (the hashes live in /etc/shadow, never bound)
+    "/etc/group",
+    "/etc/mime.types",
+    "/etc/locale.alias",
+    "/etc/fonts",
+)
+"""The few files of /etc that programs read to start (the dynamic loader's cache, the alternatives, the time zone)."""
+APP_CLI_SOURCES = (
+    "envs/__init__.py",
+    "envs/errors.py",
+    "envs/files.py",
+    "envs/jsonio.py",
+    "envs/paths.py",
+    "envs/scratch.py",
+    "envs/apps",
+    "envs/sandbox/__init__.py",
+    "envs/sandbox/limits.py",
+)
+"""The project's sources ``python -m envs.apps`` imports (the code-only harness's oracle runs it inside the sandbox):
+nothing else of the checkout (its data, held-out tasks, task generators, graders, terminal tasks' tests and solutions)
+is visible."""
+HIDDEN_PACKAGE_DIRS = ("terminal_tasks", "taskgen")
+"""Folders of the ``envs`` package covered by an empty tmpfs when an installed ``envs`` lies inside a bound runtime
+folder (a non-editable install in the venv): the terminal tasks' ``tests/`` and ``solution/``, the task generators."""
+
 
 def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Path]) -> list[str]:
-    """``argv`` under bubblewrap: every namespace unshared (no network), the host read-only, a private /tmp, and each
-    ``writable`` folder bound read-write. The order matters: later mounts cover earlier ones, so the world is bound
-    after the tmpfs on /tmp (worlds often live under /tmp)."""
-    binds = [arg for path in writable for arg in ("--bind", str(path.resolve()), str(path.resolve()))]
-    # The private /tmp would hide an interpreter or a checkout that lives under /tmp (CI clones often do): bind them
-    # back read-only before the world.
+    """``argv`` under bubblewrap, seeing only what it needs: every namespace unshared (no network), an empty root with
+    the system's programs and libraries (``SYSTEM_DIRS``, a few ``SYSTEM_ETC`` files), this interpreter and its venv,
+    the app CLI's sources (``APP_CLI_SOURCES``), all read-only; a private /tmp, /dev and /proc; and each ``writable``
+    folder bound read-write. Nothing else of the host exists inside: not the checkout (held-out tasks), not /etc/shadow,
+    not /root, not a terminal task's ``tests/`` or ``solution/``.
+
+    Every capability is dropped, so the code cannot undo the mounts that hide the host; run as root, the code also
+    runs as ``nobody`` (``SANDBOX_UID``) in a user namespace, where the kernel allows one (``_user_namespace_works``).
+    (The kernel still counts its processes as root's: RLIMIT_NPROC needs a non-root host user, see
+    ``warn_if_root``.) The order matters: later mounts cover earlier ones, so the world is bound after the
+    tmpfs on /tmp (worlds often live under /tmp).
+    """
+    system: list[str] = []
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            system += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            system += ["--ro-bind", folder, folder]
+    system += [arg for path in SYSTEM_ETC if os.path.exists(path) for arg in ("--ro-bind", path, path)]
     runtime = [arg for path in _runtime_roots() for arg in ("--ro-bind", path, path)]
+    sources = [arg for path in _app_cli_sources() for arg in ("--ro-bind", path, path)]
+    hidden = [arg for path in _hidden_package_dirs() for arg in ("--tmpfs", path)]
+    binds = [arg for path in writable for arg in ("--bind", str(path.resolve()), str(path.resolve()))]
+    as_nobody = os.getuid() == 0 and _user_namespace_works(bwrap)
+    user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)] if as_nobody else []
     return [
         bwrap,
         "--unshare-all",
+        *user,
+        "--cap-drop", "ALL",
         "--die-with-parent",
-        "--ro-bind", "/", "/",
+        *system,
         "--dev", "/dev",
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         *runtime,
+        *sources,
+        *hidden,
         *binds,
         "--chdir", str(cwd.resolve()),
         "--",
@@ -173,11 +235,48 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Pa
 
 @functools.cache
 def _runtime_roots() -> tuple[str, ...]:
-    """Folders sandboxed code needs to read that a tmpfs on /tmp could cover: the venv, the base interpreter and this
-    checkout (an editable install imports ``envs`` from it)."""
-    checkout = Path(__file__).resolve().parents[2]
-    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), checkout}
-    return tuple(sorted(str(root) for root in roots if root.is_relative_to("/tmp")))
+    """The folders of this interpreter: the venv (its site-packages hold the tools' packages) and the base
+    installation it points to (the standard library, libpython)."""
+    roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
+    roots = {root for root in roots if root.is_dir() and root != Path("/")}
+    return tuple(
+        sorted(str(root) for root in roots if not any(root != other and root.is_relative_to(other) for other in roots))
+    )
+
+
+def _package_root() -> Path:
+    """The folder holding the ``envs`` package (the checkout, for an editable install)."""
+    return Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def _app_cli_sources() -> tuple[str, ...]:
+    """``APP_CLI_SOURCES`` of this checkout, unless a runtime root already holds them (an installed package)."""
+    root = _package_root()
+    if any(root.is_relative_to(runtime) for runtime in _runtime_roots()):
+        return ()
+    return tuple(str(root / rel) for rel in APP_CLI_SOURCES if (root / rel).exists())
+
+
+@functools.cache
+def _hidden_package_dirs() -> tuple[str, ...]:
+    """``HIDDEN_PACKAGE_DIRS`` of an ``envs`` package that lies inside a bound runtime root."""
+    envs = _package_root() / "envs"
+    if not any(envs.is_relative_to(runtime) for runtime in _runtime_roots()):
+        return ()
+    return tuple(str(envs / name) for name in HIDDEN_PACKAGE_DIRS if (envs / name).is_dir())
+
+
+@functools.cache
+def _user_namespace_works(bwrap: str) -> bool:
+    """Whether bwrap can switch to ``nobody`` in a user namespace here (some container runtimes forbid creating one
+    even to root; the sandbox then keeps uid 0, without capabilities)."""
+    uid = str(SANDBOX_UID)
+    probe = [bwrap, "--unshare-user", "--uid", uid, "--gid", uid, "--ro-bind", "/", "/", "--", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False).returncode == 0
+    except (subprocess.TimeoutExpired, OSError):
+        return False
 
 
 @functools.cache

@@ -20,8 +20,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import signal
-import stat
 import subprocess
 import tempfile
 import uuid
@@ -33,6 +31,7 @@ from envs.mcp.client import GatewayClient, Transport, gateway_command
 from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
+from envs.scratch import force_rmtree, kill_processes, owned_folder, processes_of, sweep_stale
 
 COPY_TIMEOUT_S = 120.0
 _HASH_CHUNK = 1 << 20
@@ -158,50 +157,10 @@ class WorldCopy:
         self._clean[rel] = file_stat(target)
 
     def delete(self) -> None:
-        shutil.rmtree(self.root, onerror=_force_remove)
-
-
-def _force_remove(_function: object, path: str, _exc_info: object) -> None:
-    """``rmtree``'s error handler: code may have left read-only folders behind; make the parent writable, retry."""
-    os.chmod(os.path.dirname(path), stat.S_IRWXU)
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, onerror=_force_remove)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
-# --- processes --------------------------------------------------------------------------------------------------------
-
-
-def processes_of(root: Path, proc: Path = Path("/proc")) -> list[int]:
-    """The pids of processes that belong to the sandbox at ``root``: ``root`` appears in their command line (the
-    gateway's ``--world``) or their working folder is inside it (code_exec children, which run in their own
-    sessions). Used for the last-resort kill, when no asyncio loop is left to close the client."""
-    needle = str(root)
-    pids = []
-    for entry in proc.iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            cwd = os.readlink(entry / "cwd")
-        except OSError:  # exited, or not ours to inspect
-            continue
-        if needle.encode() in argv or cwd == needle or cwd.startswith(needle + "/"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def kill_processes(pids: list[int]) -> None:
-    """SIGKILL each pid and its process group (never our own group)."""
-    own = os.getpgrp()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            group = os.getpgid(pid)
-            if group != own:
-                os.killpg(group, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
+        """Delete the copy, and the process's scratch folder holding it once that is empty."""
+        force_rmtree(self.root)
+        with contextlib.suppress(OSError):  # not empty: other sandboxes of this process still live there
+            self.root.parent.rmdir()
 
 
 def open_gateway(command: list[str], env: dict[str, str], cwd: Path | None, timeouts: SandboxTimeouts) -> GatewayClient:
@@ -242,7 +201,9 @@ class LocalSandbox(Sandbox):
 
 @register(ProviderName.LOCAL)
 class LocalProvider(SandboxProvider):
-    """Sandboxes as world copies under ``scratch`` (default: the system temp folder) with a stdio gateway each."""
+    """Sandboxes as world copies under ``scratch`` (default: ``rl-recipe-sandboxes`` in the system temp folder) with a
+    stdio gateway each. The copies live in this process's own folder there (``envs.scratch``), so the copies of a
+    process that died (SIGKILL) are found and deleted by ``sweep_stale`` at the next pool start."""
 
     def __init__(
         self,
@@ -264,8 +225,11 @@ class LocalProvider(SandboxProvider):
         return self._pristine[world_id]
 
     def new_copy(self, world_id: str) -> WorldCopy:
-        root = (self.scratch / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
+        root = (owned_folder(self.scratch) / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
         return WorldCopy.create(self.pristine_of(world_id), root)
+
+    def sweep_stale(self) -> list[Path]:
+        return sweep_stale(self.scratch)
 
     async def start(self, world_id: str) -> LocalSandbox:
         copy = await asyncio.wait_for(asyncio.to_thread(self.new_copy, world_id), self.timeouts.start_s)

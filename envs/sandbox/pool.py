@@ -3,8 +3,11 @@
 Starting a sandbox (copy the world, launch the gateway, MCP handshake) costs about a second; resetting a warm one
 restores only the files a rollout changed (``benchmarks/sandbox_pool.py`` prints the ratio). Up to
 ``size_per_world`` sandboxes per world exist at once: ``start`` warms them all, an ``acquire`` waits while all are
-busy. A sandbox whose reset fails is closed and replaced by a fresh one on the next acquire. Every sandbox is also
-known to the process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so none outlives the process.
+busy. The pool never hands out a sandbox it has not checked: a warm one must pass ``Sandbox.healthy`` (its gateway
+answers a ping) when it comes back and again when it is handed out, and a sandbox that fails the check, or whose reset
+fails, is closed and replaced by a fresh one (``PoolStats.replaced``) — one rollout that crashed its gateway cannot
+poison the rollouts after it. Every sandbox is also known to the process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so
+none outlives the process.
 
 Example::
 
@@ -39,6 +42,8 @@ class PoolStats:
     reset_s: list[float] = field(default_factory=list)
     start_s: list[float] = field(default_factory=list)
     failed_resets: int = 0
+    replaced: int = 0
+    """Sandboxes closed because their gateway failed the health check (on release or before being handed out)."""
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {"acquires": len(self.acquire_wait_s), "starts": len(self.start_s)}
@@ -47,6 +52,7 @@ class PoolStats:
                 out[f"{name}_p50_s"] = statistics.median(values)
                 out[f"{name}_max_s"] = max(values)
         out["failed_resets"] = self.failed_resets
+        out["replaced"] = self.replaced
         return out
 
 
@@ -85,7 +91,9 @@ class SandboxPool:
         await self.close()
 
     async def start(self) -> None:
-        """Start every sandbox of every world (concurrently), so the first acquires do not wait."""
+        """Sweep what sandboxes of dead processes left (``SandboxProvider.sweep_stale``), then start every sandbox of
+        every world (concurrently), so the first acquires do not wait."""
+        await asyncio.to_thread(self.provider.sweep_stale)
         jobs = [self._new(world_id) for world_id, slots in self._slots.items() for _ in range(self.size_per_world)]
         for sandbox in await asyncio.gather(*jobs):
             self._slots[sandbox.world_id].idle.put_nowait(sandbox)
@@ -106,13 +114,29 @@ class SandboxPool:
             await self._release(sandbox)
 
     async def _take(self, world_id: str) -> Sandbox:
-        """An idle sandbox, a new one if the world has room, else the first one released."""
+        """An idle sandbox that passes its health check, a new one if the world has room, else the first one released
+        (checked too); a sandbox that fails the check is closed, which makes room for a new one."""
         slots = self._slots[world_id]
-        if not slots.idle.empty():
-            return slots.idle.get_nowait()
-        if not slots.capacity.locked():
-            return await self._new(world_id)
-        return await slots.idle.get()
+        while True:
+            if not slots.idle.empty():
+                sandbox = slots.idle.get_nowait()
+            elif not slots.capacity.locked():
+                return await self._new(world_id)  # its MCP handshake just succeeded
+            else:
+                sandbox = await slots.idle.get()
+            try:
+                healthy = await sandbox.healthy()
+            except BaseException:  # cancelled mid-check: the sandbox goes back as it was
+                slots.idle.put_nowait(sandbox)
+                raise
+            if healthy:
+                return sandbox
+            await self._replace(slots, sandbox, "before it was handed out")
+
+    async def _replace(self, slots: _WorldSlots, sandbox: Sandbox, when: str) -> None:
+        self.stats.replaced += 1
+        log.warning("the gateway of %s failed its health check %s; replacing it", sandbox.world_root, when)
+        await self._discard(slots, sandbox)
 
     async def _new(self, world_id: str) -> Sandbox:
         slots = self._slots[world_id]
@@ -130,6 +154,9 @@ class SandboxPool:
     async def _release(self, sandbox: Sandbox) -> None:
         slots = self._slots[sandbox.world_id]
         if not self._closed:
+            if not await sandbox.healthy():  # a rollout crashed its gateway: never queue it for the next one
+                await self._replace(slots, sandbox, "when it came back")
+                return
             started = time.perf_counter()
             try:
                 await sandbox.reset()

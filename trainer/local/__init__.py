@@ -8,10 +8,12 @@ save_checkpoint("runs/x/checkpoints", trainer, step=1, data_cursor=16, tokenizer
 
 from trainer.local.batch import BatchStats, EmptyBatchError, MicroBatch, TrainBatch, first_fit_decreasing
 from trainer.local.checkpoint import (
+    CheckpointError,
     CheckpointInfo,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_latest_checkpoint,
     save_checkpoint,
 )
 from trainer.local.logprobs import Layout, TokenStats, block_causal_mask, token_stats
@@ -19,6 +21,7 @@ from trainer.local.trainer import LocalTrainer, LRSchedule, StepMetrics, Trainer
 
 __all__ = [
     "BatchStats",
+    "CheckpointError",
     "CheckpointInfo",
     "EmptyBatchError",
     "LRSchedule",
@@ -34,6 +37,7 @@ __all__ = [
     "latest_checkpoint",
     "list_checkpoints",
     "load_checkpoint",
+    "load_latest_checkpoint",
     "lr_multiplier",
     "save_checkpoint",
     "token_stats",

@@ -12,17 +12,16 @@ own base ``seed·P² + position·P + 1`` (P = 1 000 003) so that two visits of a
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from envs.errors import RecipeError
+from envs.files import atomic_write_text
 from envs.harness.agent import EnvFactory, HarnessConfig, run_group
 from envs.harness.engine_client import CompletionEngine
 from envs.harness.policy import PolicyHarness
@@ -30,7 +29,7 @@ from envs.rollout import local_envs
 from envs.types import ErrorClass, Split, TaskSpec, Tier, Trajectory
 from trainer.algorithms import AlgorithmConfig
 from trainer.engine import Engine, EngineConfig
-from trainer.local import EmptyBatchError, LocalTrainer, TrainBatch, TrainerConfig, latest_checkpoint, load_checkpoint
+from trainer.local import EmptyBatchError, LocalTrainer, TrainBatch, TrainerConfig, load_latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR, CheckpointInfo
 from trainer.model import load_policy
 
@@ -257,6 +256,10 @@ class StepRecord(BaseModel):
     eval_pass_rate: float | None = None
 
 
+class ResumeError(RecipeError):
+    """A run folder whose resume state is damaged; the message names the file."""
+
+
 class LoopHistory(BaseModel):
     """Every step so far, written atomically to ``<out_dir>/history.json`` after each step."""
 
@@ -270,18 +273,23 @@ class LoopHistory(BaseModel):
         return self.steps[-1].wall_s if self.steps else 0.0
 
     def save(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=out_dir, prefix=f".{HISTORY_FILE}-", delete=False) as tmp:
-            tmp.write(self.model_dump_json(indent=1))
-        os.replace(tmp.name, out_dir / HISTORY_FILE)
+        atomic_write_text(out_dir / HISTORY_FILE, self.model_dump_json(indent=1))  # fsynced, then renamed
 
     @classmethod
     def resume(cls, out_dir: Path, kind: str, step: int) -> LoopHistory:
-        """The saved history up to ``step`` (a checkpoint's step), or a fresh one."""
+        """The saved history up to ``step`` (a checkpoint's step), or a fresh one; ``ResumeError`` naming the file
+        when it is damaged."""
         path = out_dir / HISTORY_FILE
         if step == 0 or not path.is_file():
             return cls(kind=kind)
-        saved = cls.model_validate(json.loads(path.read_text()))
+        try:
+            saved = cls.model_validate_json(path.read_bytes())
+        except (ValidationError, OSError) as error:
+            reason = str(error).splitlines()[0][:200]
+            raise ResumeError(
+                f"the step history {path} is damaged ({reason}); move it aside to resume without the records of the "
+                "earlier steps"
+            ) from None
         if saved.kind != kind:
             raise ValueError(f"{out_dir} holds a {saved.kind!r} loop run, not a {kind!r} one")
         return cls(kind=kind, steps=[r for r in saved.steps if r.step <= step])
@@ -304,12 +312,12 @@ class Policy:
 def open_trainer(
     policy_dir: Path, trainer_config: TrainerConfig, out_dir: Path
 ) -> tuple[LocalTrainer, PreTrainedTokenizerBase, CheckpointInfo | None]:
-    """A trainer on the policy, restored from the newest checkpoint under ``out_dir`` when there is one."""
+    """A trainer on the policy, restored from the newest checkpoint under ``out_dir`` that loads (a damaged one is
+    moved aside with a warning: ``load_latest_checkpoint``), when there is one."""
     model: PreTrainedModel
     model, tokenizer = load_policy(policy_dir)
     trainer = LocalTrainer(model, trainer_config)
-    checkpoint = latest_checkpoint(out_dir / CHECKPOINTS)
-    return trainer, tokenizer, load_checkpoint(checkpoint, trainer) if checkpoint is not None else None
+    return trainer, tokenizer, load_latest_checkpoint(out_dir / CHECKPOINTS, trainer)
 
 
 def engine_weights(policy_dir: Path, resumed: CheckpointInfo | None) -> Path:

@@ -90,19 +90,28 @@ needs_bwrap = pytest.mark.skipif(usable_bwrap() is None, reason="bubblewrap cann
 def test_writing_outside_the_world_is_refused_under_bwrap(tmp_path: Path) -> None:
     cwd = tmp_path / "world" / "filesystem"
     cwd.mkdir(parents=True)
-    host_file = Path(__file__).parent / f"escape-{os.getpid()}.txt"  # outside /tmp: the host is read-only
+    host_file = Path(__file__).parent / f"escape-{os.getpid()}.txt"  # the checkout: not even visible inside
+    venv_file = Path(sys.prefix) / f"escape-{os.getpid()}.txt"  # the interpreter's folder: visible, read-only
     tmp_file = tmp_path / "outside.txt"  # under /tmp: lands in the sandbox's private tmpfs, never on the host
     code = (
-        f"open('inside.txt', 'w').write('ok'); open({str(tmp_file)!r}, 'w').write('private'); "
-        f"open({str(host_file)!r}, 'w').write('escaped')"
+        "import sys\n"
+        "open('inside.txt', 'w').write('ok')\n"
+        f"open({str(tmp_file)!r}, 'w').write('private')\n"
+        f"for target in ({str(host_file)!r}, {str(venv_file)!r}):\n"
+        "    try:\n"
+        "        open(target, 'w').write('escaped')\n"
+        "    except OSError as error:\n"
+        "        print(error.strerror)\n"
     )
     try:
         result = run(code, cwd, ResourceLimits(isolation=Isolation.BWRAP))
-        assert result.exit_code == 1 and "Read-only file system" in result.stderr
+        assert result.exit_code == 0
+        assert result.stdout.splitlines() == ["No such file or directory", "Read-only file system"]
         assert (cwd / "inside.txt").read_text() == "ok"
-        assert not host_file.exists() and not tmp_file.exists()
+        assert not host_file.exists() and not venv_file.exists() and not tmp_file.exists()
     finally:
         host_file.unlink(missing_ok=True)
+        venv_file.unlink(missing_ok=True)
 
 
 @needs_bwrap
