@@ -71,7 +71,7 @@ def nightly_overfit(
     """
     changes = (*landed_overrides(Path(runs_root), profile), *overrides)
     state = pipeline(
-        profile=profile, overrides=changes, stop_after=StageName.OVERFIT, runs_root=runs_root, return_state=True
+        profile=profile, overrides=changes, stop_after=StageName.OVERFIT.value, runs_root=runs_root, return_state=True
     )
     if not state.is_completed():
         return Failed(name=state.name or "Failed", message=state.message)

@@ -17,7 +17,7 @@ which a retry keeps.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow
 from prefect.runtime import flow_run
@@ -35,6 +35,9 @@ from flows.transfer import transfer
 from tasks.artifacts import log, publish_table
 from tasks.concurrency import ensure_gpu_limit
 from tasks.run_store import RunStore, StageManifest, StageStatus, now
+
+StageChoice = Literal[tuple(stage.value for stage in StageName)]  # type: ignore[valid-type]
+"""A stage by name, as a Literal: the UI's form lists an enum's values only when they are inline, not behind a $ref."""
 
 STAGE_FLOWS = {
     StageName.DERISK: derisk,
@@ -91,7 +94,7 @@ def pipeline(
     resume: str | None = None,
     changes: RunChanges = RunChanges(),  # noqa: B008 (a frozen default: the UI shows its fields as the form)
     overrides: tuple[str, ...] = (),
-    stop_after: StageName = StageName.TRANSFER,
+    stop_after: StageChoice = StageName.TRANSFER.value,
     runs_root: str = str(DEFAULT_RUNS_ROOT),
 ) -> dict[str, Any] | State:
     """The seven gated stages in order; stops at the first that does not pass (see the module docstring).

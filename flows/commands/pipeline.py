@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     state = pipeline(
         profile=None,
         resume=str(store.root),
-        stop_after=StageName(args.stop_after or StageName.TRANSFER),
+        stop_after=StageName(args.stop_after or StageName.TRANSFER).value,
         runs_root=runs_root,
         return_state=True,
     )
