@@ -31,6 +31,7 @@ from envs.harness.agent import HarnessConfig
 from envs.mcp.variants import BadVariant
 from envs.sandbox.base import ProviderName
 from envs.types import Tier
+from envs.worlds.generate import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.bootstrap import BootstrapSpec
 from trainer.local.logprobs import Layout
@@ -78,7 +79,7 @@ class EnvironmentSection(_Section):
     """Data folder: worlds + task sets (``recipe envs generate``); generated when missing."""
     seed: int = 0
     """Seed of the world and task generators."""
-    worlds_per_domain: int = Field(3, ge=3)
+    worlds_per_domain: int = Field(DEFAULT_WORLDS_PER_DOMAIN, ge=HELDOUT_WORLD_INDEX)
     """Worlds per domain: world 3 is held out, 1, 2 and 4 … n are train worlds."""
 
 

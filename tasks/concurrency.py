@@ -23,8 +23,8 @@ SLOT_LEASE_S = 3600.0
 """A slot's lease, renewed while the work runs; a crashed holder frees its slot after this."""
 
 
-def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> bool:
-    """Create the ``gpu`` global concurrency limit when it does not exist; True when it exists afterwards."""
+def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> None:
+    """Create the ``gpu`` global concurrency limit when it does not exist."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectNotFound
@@ -32,11 +32,9 @@ def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> bool:
     with get_client(sync_client=True) as client:
         try:
             client.read_global_concurrency_limit_by_name(GPU_LIMIT)
-            return True
         except ObjectNotFound:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=GPU_LIMIT, limit=slots))
             log("created the global concurrency limit %r with %d slot(s)", GPU_LIMIT, slots)
-            return True
 
 
 @contextmanager
