@@ -15,8 +15,6 @@ reason. Loading is all or nothing: a file with one bad row loads no task.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,6 +22,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envs.files import atomic_write_text
 from envs.jsonio import JsonError, json_line, json_lines, parse_json
 from envs.types import Criterion, Domain, LlmJudge, Oracle, OracleStep, TaskSpec, VerifierReward
 
@@ -115,25 +114,14 @@ def load_jsonl(path: Path) -> list[TaskSpec]:
 
 
 def save_jsonl(tasks: Iterable[TaskSpec], path: Path) -> None:
-    """Write one task per line, non-ASCII escaped (``envs.jsonio.json_line``), atomically (temp file in the same
-    folder, then ``os.replace``)."""
+    """Write one task per line, non-ASCII escaped (``envs.jsonio.json_line``), atomically (``atomic_write_text``)."""
     tasks = list(tasks)
     seen: set[str] = set()
     for task in tasks:
         if task.task_id in seen:
             raise ValueError(f"cannot save {path}: duplicate task_id {task.task_id!r} (load_jsonl would refuse it)")
         seen.add(task.task_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.writelines(json_line(task.model_dump(mode="json")) for task in tasks)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, "".join(json_line(task.model_dump(mode="json")) for task in tasks))
 
 
 # --- APEX-Agents -----------------------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ World copies (pooled sandboxes, forked worlds, terminal sandboxes) and code_exec
 ``<root>/<owner>/``, where ``<owner>`` is ``<pid>-<start>``: the process id and its start time in clock ticks since
 boot (``/proc/<pid>/stat``, field 22), so a pid the kernel reused is never taken for the dead owner. A process killed
 with SIGKILL cleans nothing up; ``sweep_stale(root)`` removes the folders of every owner that is gone, after killing any
-process still running in them. It runs the first time a process takes scratch under a root (``owned_folder``), and
-``SandboxPool.start`` runs it for its provider's scratch.
+process still running in them. It runs the first time a process takes scratch under a root (``owned_folder``: a sandbox
+pool's first copy, a ``scratch_dir``).
 
 Example::
 

@@ -85,7 +85,7 @@ class Sandbox(ABC):
 
     async def healthy(self) -> bool:
         """Whether the gateway still serves: its session is open, the task holding it alive, and it answers a ping
-        within ``timeouts.health_s``. A pool asks before it hands a sandbox out and when it takes one back."""
+        within ``timeouts.health_s``. A pool asks before it hands a sandbox out."""
         held = self._held
         if held is None or not held.alive:
             return False
@@ -150,11 +150,6 @@ class SandboxProvider(ABC):
     @abstractmethod
     async def start(self, world_id: str) -> Sandbox:
         """A running sandbox on a fresh copy of ``world_id``, within ``timeouts.start_s``."""
-
-    def sweep_stale(self) -> list[Path]:
-        """Delete what sandboxes of processes that died (SIGKILL: no reaper ran) left behind; returns what went.
-        A pool calls it as it starts."""
-        return []
 
 
 # --- holding a client open --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
 from envs.sandbox.local import Pristine, WorldCopy, open_gateway
-from envs.scratch import owned_folder, sweep_stale
+from envs.scratch import owned_folder
 
 DEFAULT_IMAGE = "rl-recipe-gateway:latest"
 CONNECT_TIMEOUT_S = 5.0
@@ -122,9 +122,6 @@ class DockerProvider(SandboxProvider):
             await sandbox.close()
             raise
         return sandbox
-
-    def sweep_stale(self) -> list[Path]:
-        return sweep_stale(self.scratch)
 
     def _run(self, world: Path) -> Any:
         limits = self.limits

@@ -31,7 +31,7 @@ from envs.mcp.client import GatewayClient, Transport, gateway_command
 from envs.mcp.variants import BadVariant
 from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
 from envs.sandbox.limits import ResourceLimits
-from envs.scratch import force_rmtree, kill_processes, owned_folder, processes_of, sweep_stale
+from envs.scratch import force_rmtree, kill_processes, owned_folder, processes_of
 
 COPY_TIMEOUT_S = 120.0
 _HASH_CHUNK = 1 << 20
@@ -203,7 +203,7 @@ class LocalSandbox(Sandbox):
 class LocalProvider(SandboxProvider):
     """Sandboxes as world copies under ``scratch`` (default: ``rl-recipe-sandboxes`` in the system temp folder) with a
     stdio gateway each. The copies live in this process's own folder there (``envs.scratch``), so the copies of a
-    process that died (SIGKILL) are found and deleted by ``sweep_stale`` at the next pool start."""
+    process that died (SIGKILL) are found and deleted by the next process that makes a copy there."""
 
     def __init__(
         self,
@@ -227,9 +227,6 @@ class LocalProvider(SandboxProvider):
     def new_copy(self, world_id: str) -> WorldCopy:
         root = (owned_folder(self.scratch) / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
         return WorldCopy.create(self.pristine_of(world_id), root)
-
-    def sweep_stale(self) -> list[Path]:
-        return sweep_stale(self.scratch)
 
     async def start(self, world_id: str) -> LocalSandbox:
         copy = await asyncio.wait_for(asyncio.to_thread(self.new_copy, world_id), self.timeouts.start_s)

@@ -4,10 +4,10 @@ Starting a sandbox (copy the world, launch the gateway, MCP handshake) costs abo
 restores only the files a rollout changed (``benchmarks/sandbox_pool.py`` prints the ratio). Up to
 ``size_per_world`` sandboxes per world exist at once: ``start`` warms them all, an ``acquire`` waits while all are
 busy. The pool never hands out a sandbox it has not checked: a warm one must pass ``Sandbox.healthy`` (its gateway
-answers a ping) when it comes back and again when it is handed out, and a sandbox that fails the check, or whose reset
-fails, is closed and replaced by a fresh one (``PoolStats.replaced``) — one rollout that crashed its gateway cannot
-poison the rollouts after it. Every sandbox is also known to the process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so
-none outlives the process.
+answers a ping) as it is handed out — one check covers a gateway that a rollout crashed and one that died while idle —
+and a sandbox that fails the check (``PoolStats.replaced``), or whose reset fails, is closed and replaced by a fresh
+one: one rollout that crashed its gateway cannot poison the rollouts after it. Every sandbox is also known to the
+process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so none outlives the process.
 
 Example::
 
@@ -43,7 +43,7 @@ class PoolStats:
     start_s: list[float] = field(default_factory=list)
     failed_resets: int = 0
     replaced: int = 0
-    """Sandboxes closed because their gateway failed the health check (on release or before being handed out)."""
+    """Sandboxes closed because their gateway failed the health check before being handed out."""
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {"acquires": len(self.acquire_wait_s), "starts": len(self.start_s)}
@@ -91,9 +91,9 @@ class SandboxPool:
         await self.close()
 
     async def start(self) -> None:
-        """Sweep what sandboxes of dead processes left (``SandboxProvider.sweep_stale``), then start every sandbox of
-        every world (concurrently), so the first acquires do not wait."""
-        await asyncio.to_thread(self.provider.sweep_stale)
+        """Start every sandbox of every world (concurrently), so the first acquires do not wait. The first copy this
+        process makes under the provider's scratch sweeps what sandboxes of dead processes left
+        (``envs.scratch.owned_folder``)."""
         jobs = [self._new(world_id) for world_id, slots in self._slots.items() for _ in range(self.size_per_world)]
         for sandbox in await asyncio.gather(*jobs):
             self._slots[sandbox.world_id].idle.put_nowait(sandbox)
@@ -131,12 +131,9 @@ class SandboxPool:
                 raise
             if healthy:
                 return sandbox
-            await self._replace(slots, sandbox, "before it was handed out")
-
-    async def _replace(self, slots: _WorldSlots, sandbox: Sandbox, when: str) -> None:
-        self.stats.replaced += 1
-        log.warning("the gateway of %s failed its health check %s; replacing it", sandbox.world_root, when)
-        await self._discard(slots, sandbox)
+            self.stats.replaced += 1
+            log.warning("the gateway of %s failed its health check; replacing it", sandbox.world_root)
+            await self._discard(slots, sandbox)
 
     async def _new(self, world_id: str) -> Sandbox:
         slots = self._slots[world_id]
@@ -154,9 +151,6 @@ class SandboxPool:
     async def _release(self, sandbox: Sandbox) -> None:
         slots = self._slots[sandbox.world_id]
         if not self._closed:
-            if not await sandbox.healthy():  # a rollout crashed its gateway: never queue it for the next one
-                await self._replace(slots, sandbox, "when it came back")
-                return
             started = time.perf_counter()
             try:
                 await sandbox.reset()

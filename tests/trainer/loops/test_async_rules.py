@@ -2,13 +2,12 @@
 cursor resume; and the weight-sync ordering of ``push_weights``."""
 
 import asyncio
-import random
 from collections import deque
 
 import pytest
 
 from envs.types import Trajectory
-from trainer.local import StepMetrics
+from tests.trainer.loops.stub_runtime import StubRuntime
 from trainer.loops.async_loop import (
     AsyncLoopConfig,
     StreamCursor,
@@ -40,59 +39,6 @@ def test_staleness_uses_the_oldest_version_and_the_offset():
     assert staleness(5, t, version_offset=0) == 3  # 5 − 2
     assert staleness(5, t, version_offset=1) == 2  # resumed at step 1: engine version 2 is trainer step 3
     assert staleness(5, Trajectory(task_id="t", group_id="g"), 0) == 0
-
-
-class StubRuntime:
-    """Groups of 4 rollouts whose rewards tie at every 3rd position (dropped); generation takes random short
-    times; the 'engine' version is the number of pushes, read when a group finishes (its newest possible weights
-    would make staleness smaller, so the check is on the version at *start*, the worst case)."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self.version = 0
-        self.version_offset = 0
-        self.rng = random.Random(seed)
-        self.trained_positions: list[int] = []
-        self.generated: list[int] = []
-
-    async def generate(self, position: int) -> list[Trajectory]:
-        started_version = self.version
-        self.generated.append(position)
-        await asyncio.sleep(self.rng.uniform(0.0, 0.004))
-        rewards = [0.0] * 4 if position % 3 == 2 else [0.0, 1.0, 1.0, 0.0]
-        return [
-            Trajectory(
-                task_id=f"t{position}",
-                group_id=f"p{position}",
-                tokens=[1, 2, 3],
-                loss_mask=[0, 1, 1],
-                logprobs=[0.0, -1.0, -1.0],
-                prompt_len=1,
-                reward=r,
-                weight_versions=[started_version],
-            )
-            for r in rewards
-        ]
-
-    async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
-        self.trained_positions.extend(sorted({int(t.group_id[1:]) for t in trajectories}))
-        await asyncio.sleep(0.003)
-        zero = dict.fromkeys(["loss", "grad_norm", "entropy", "logprob_abs_diff_mean", "logprob_abs_diff_max"], 0.0)
-        timings = dict.fromkeys(["tokens_per_s", "forward_s", "backward_s", "optimizer_s", "step_s"], 0.0)
-        return StepMetrics(
-            step=0, lr=0.0, token_shares={}, reward_mean=0.5, trajectories=len(trajectories), groups_dropped=0,
-            tokens=0, loss_tokens=0, micro_batches=1, **zero, **timings,
-        )  # fmt: skip
-
-    async def push(self) -> int:
-        self.version += 1
-        return self.version
-
-    async def evaluate(self) -> tuple[float, float]:
-        return 0.0, 0.0
-
-    async def checkpoint(self, step: int, cursor: dict) -> None:
-        self.saved = (step, cursor)
-        self.trained_at_checkpoint = list(self.trained_positions)
 
 
 def _run(runtime: StubRuntime, config: AsyncLoopConfig, tmp_path, start=0, cursor=None) -> LoopHistory:
