@@ -366,22 +366,48 @@ class ClusterPlan:
     layout: ClusterLayout
     parameters: ParameterCount
     shape: ModelShape
-    kv_bytes_per_token: int
-    """The model's: 2 · full-attention layers · kv_heads · head_dim · dtype bytes."""
-    engine_kv_bytes_per_token: int
-    """Over one engine, KV heads replicated up to its TP (``ModelShape.engine_kv_bytes_per_token``)."""
     trajectory_tokens: int
-    train_parameters_per_gpu: int
-    train_bytes_per_param: int
-    engine_weights_bytes: int
-    """Weights of one engine (all its GPUs together)."""
-    engine_budget_bytes: int
-    """gpu_memory · gpu_memory_utilization · engine TP: what vLLM may use on one engine."""
-    trajectories_per_engine: int
     max_staleness: int
     prompts_per_step: int
     samples_per_prompt: int
+    weight_bytes: int = BF16_BYTES
+    """Bytes per engine weight."""
+    kv_dtype_bytes: int = BF16_BYTES
+    train_bytes_per_param: int = MIXED_PRECISION_TRAIN_BYTES_PER_PARAM
     problems: tuple[str, ...] = ()
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """The model's: 2 · full-attention layers · kv_heads · head_dim · dtype bytes."""
+        return self.shape.kv_bytes_per_token(self.kv_dtype_bytes)
+
+    @property
+    def engine_kv_bytes_per_token(self) -> int:
+        """Over one engine, KV heads replicated up to its TP (``ModelShape.engine_kv_bytes_per_token``)."""
+        return self.shape.engine_kv_bytes_per_token(self.kv_dtype_bytes, self.layout.engine_tensor_parallel)
+
+    @property
+    def train_parameters_per_gpu(self) -> int:
+        return train_parameters_per_gpu(self.parameters, self.layout)
+
+    @property
+    def engine_weights_bytes(self) -> int:
+        """Weights of one engine (all its GPUs together)."""
+        return self.parameters.total * self.weight_bytes
+
+    @property
+    def engine_budget_bytes(self) -> int:
+        """gpu_memory · gpu_memory_utilization · engine TP: what vLLM may use on one engine."""
+        lay = self.layout
+        return int(lay.gpu_memory_bytes * lay.gpu_memory_utilization) * lay.engine_tensor_parallel
+
+    @property
+    def trajectories_per_engine(self) -> int:
+        """KV cache ÷ (trajectory tokens · engine KV bytes per token + linear state per sequence), at most
+        ``max_num_seqs``."""
+        per_trajectory = self.trajectory_tokens * self.engine_kv_bytes_per_token + self.shape.linear_state_bytes
+        per_engine = self.kv_capacity_bytes // per_trajectory
+        return per_engine if self.layout.max_num_seqs is None else min(per_engine, self.layout.max_num_seqs)
 
     @property
     def train_bytes_per_gpu(self) -> int:
@@ -443,14 +469,13 @@ class ClusterPlan:
         linear = s.layers - s.full_attention_layers
         gpu = human_bytes(lay.gpu_memory_bytes)
         seqs = f", ≤ max_num_seqs {lay.max_num_seqs}" if lay.max_num_seqs else ""
-        kv_dtype = self.kv_bytes_per_token // max(1, 2 * s.full_attention_layers * s.kv_heads * s.head_dim)
-        weight_dtype = self.engine_weights_bytes // max(1, p.total)
         return [
             ("parameters", human_count(p.total), "ParameterCount: text decoder, no vision tower / MTP head"),
             ("  routed experts", human_count(p.routed_experts), "sharded over EP on the trainer"),
             ("  everything else", human_count(p.non_expert), "sharded over TP·PP on the trainer"),
             ("KV per token", human_bytes(self.kv_bytes_per_token),
-             f"2 · {s.full_attention_layers} full-attn layers · {s.kv_heads} kv heads · {s.head_dim} · {kv_dtype} B"),
+             f"2 · {s.full_attention_layers} full-attn layers · {s.kv_heads} kv heads · {s.head_dim} · "
+             f"{self.kv_dtype_bytes} B"),
             ("linear state per sequence", human_bytes(s.linear_state_bytes),
              f"{linear} linear-attn layers, fixed size"),
             ("trajectory length", f"{self.trajectory_tokens:,} tokens", "the train context budget"),
@@ -464,7 +489,7 @@ class ClusterPlan:
             ("  left for activations", human_bytes(max(0, lay.gpu_memory_bytes - self.train_bytes_per_gpu)), ""),
             ("engines", f"{lay.engines} × TP{lay.engine_tensor_parallel} on {lay.inference_nodes} nodes", "vLLM"),
             ("engine weights per GPU", human_bytes(self.engine_weights_bytes_per_gpu),
-             f"parameters · {weight_dtype} B ÷ TP"),
+             f"parameters · {self.weight_bytes} B ÷ TP"),
             ("KV cache per engine", human_bytes(self.kv_capacity_bytes),
              f"{gpu} · {lay.gpu_memory_utilization:g} · {lay.engine_tensor_parallel} − engine weights"),
             ("KV per token per engine", human_bytes(self.engine_kv_bytes_per_token),
@@ -507,31 +532,18 @@ def cluster_plan(
     if trajectory_tokens < 1:
         raise ValueError(f"trajectory length must be at least 1 token, got {trajectory_tokens}")
     shape = ModelShape.from_config(config)
-    parameters = ParameterCount.from_config(config)
-    engine_kv = shape.engine_kv_bytes_per_token(kv_dtype_bytes, layout.engine_tensor_parallel)
-    engine_weights = parameters.total * weight_bytes
-    budget = int(layout.gpu_memory_bytes * layout.gpu_memory_utilization) * layout.engine_tensor_parallel
-    per_trajectory = trajectory_tokens * engine_kv + shape.linear_state_bytes
-    per_engine = max(0, budget - engine_weights) // per_trajectory
-    if layout.max_num_seqs is not None:
-        per_engine = min(per_engine, layout.max_num_seqs)
-    experts = routed_experts(config)
     return ClusterPlan(
         layout=layout,
-        parameters=parameters,
+        parameters=ParameterCount.from_config(config),
         shape=shape,
-        kv_bytes_per_token=shape.kv_bytes_per_token(kv_dtype_bytes),
-        engine_kv_bytes_per_token=engine_kv,
         trajectory_tokens=trajectory_tokens,
-        train_parameters_per_gpu=train_parameters_per_gpu(parameters, layout),
-        train_bytes_per_param=train_bytes_per_param,
-        engine_weights_bytes=engine_weights,
-        engine_budget_bytes=budget,
-        trajectories_per_engine=per_engine,
         max_staleness=max_staleness,
         prompts_per_step=prompts_per_step,
         samples_per_prompt=samples_per_prompt,
-        problems=tuple(layout.problems(shape.layers, experts)),
+        weight_bytes=weight_bytes,
+        kv_dtype_bytes=kv_dtype_bytes,
+        train_bytes_per_param=train_bytes_per_param,
+        problems=tuple(layout.problems(shape.layers, routed_experts(config))),
     )
 
 

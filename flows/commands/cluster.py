@@ -39,9 +39,9 @@ class ClusterError(RecipeError, ValueError):
 def skyrl_run(config: RecipeConfig, arm: str | None = None, storage: str | None = None) -> SkyRLRun:
     """The profile's hero run with the ablation arm ``arm`` (default: the recipe's prior) as a ``SkyRLRun``."""
     from envs.harness.agent import HarnessConfig
+    from flows.commands.plan import cluster_layout
     from flows.config import PolicySource
     from trainer.algorithms.config import AlgorithmConfig
-    from trainer.sizing import GIB, ClusterLayout
     from trainer.skyrl.render import DEFAULT_STORAGE, RolloutPlan, SkyRLRun
 
     cluster, policy = config.cluster, config.policy
@@ -59,20 +59,7 @@ def skyrl_run(config: RecipeConfig, arm: str | None = None, storage: str | None 
     )
     harness = HarnessConfig(**config.harness | {"context_nudge": landed.context_nudge})
     hero, rollout = config.stages.hero, config.rollout
-    layout = ClusterLayout(
-        inference_nodes=cluster.inference_nodes,
-        engines=cluster.engines,
-        engine_tensor_parallel=cluster.engine_tensor_parallel,
-        train_nodes=cluster.train_nodes,
-        tensor_parallel=cluster.megatron_tensor_parallel,
-        expert_parallel=cluster.megatron_expert_parallel,
-        pipeline_parallel=cluster.megatron_pipeline_parallel,
-        context_parallel=cluster.megatron_context_parallel,
-        gpus_per_node=cluster.gpus_per_node,
-        gpu_memory_bytes=int(cluster.gpu_memory_gib * GIB),
-        gpu_memory_utilization=cluster.gpu_memory_utilization,
-        max_num_seqs=config.engine.max_num_seqs,
-    )
+    layout = cluster_layout(config)
     plan = RolloutPlan(
         prompts_per_step=hero.prompts_per_step or rollout.prompts_per_step,
         samples_per_prompt=hero.samples_per_prompt or rollout.samples_per_prompt,

@@ -60,7 +60,10 @@ def read_model_config(path: Path) -> dict[str, Any]:
     return raw
 
 
-def _layout(args: argparse.Namespace, config: Any) -> ClusterLayout:
+def cluster_layout(config: Any, **overrides: Any) -> ClusterLayout:
+    """The ``ClusterLayout`` of a profile's cluster section and engine, each keyword of ``overrides`` (a
+    ``LAYOUT_FLAGS`` name) replacing its value; without a profile (or cluster section): one engine and one train
+    node of 8 GPUs. ``PlanError`` for an impossible layout."""
     from trainer.sizing import GIB, ClusterLayout
 
     cluster = config.cluster if config is not None else None
@@ -80,7 +83,7 @@ def _layout(args: argparse.Namespace, config: Any) -> ClusterLayout:
             "context_parallel": cluster.megatron_context_parallel,
             "max_num_seqs": config.engine.max_num_seqs,
         }
-    values |= {name: getattr(args, name) for name in LAYOUT_FLAGS if getattr(args, name) is not None}
+    values |= overrides
     values.setdefault("engines", 1)
     values.setdefault("engine_tensor_parallel", values["gpus_per_node"])
     values.setdefault(
@@ -132,7 +135,8 @@ def _plan(args: argparse.Namespace) -> int:
         raise PlanError(f"{where}; pass --config path/to/config.json (the model's Hugging Face config.json)")
     path = resolve(Path(path))
     model = read_model_config(path)
-    layout = _layout(args, config)
+    flags = {name: getattr(args, name) for name in LAYOUT_FLAGS if getattr(args, name) is not None}
+    layout = cluster_layout(config, **flags)
     knobs = _knobs(args, config)
     try:
         plan = cluster_plan(model, layout, **knobs)

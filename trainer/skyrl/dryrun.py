@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from trainer.sizing import algorithmic_ceiling
 from trainer.skyrl.values import OverrideError, nested, parse_overrides, policy_data_parallel, problems, split_keys
 
 LABEL = "[dry run]"
@@ -39,7 +40,7 @@ def step_metrics(values: Mapping[str, Any], step: int) -> dict[str, Any]:
         "trainer/global_step": step,
         "trainer/epoch": 1,
         "generate/batch_num_seq": batch * samples,
-        "dryrun/algorithmic_ceiling": (staleness + 1) * batch * samples,
+        "dryrun/algorithmic_ceiling": algorithmic_ceiling(staleness, batch, samples),
         "dryrun/policy_dp_size": policy_data_parallel(values),
         "dryrun/overrides": len(values),
     }

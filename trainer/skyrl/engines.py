@@ -34,7 +34,8 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-LOOPBACK = "127.0.0.1"
+from envs.net import LOOPBACK
+
 WORKER_EXTENSION = "skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap"
 """SkyRL 0.3.x's vLLM worker extension: receives weights over the trainer's NCCL group."""
 ENV = {

@@ -122,7 +122,7 @@ def train_step_row(metrics: Mapping[str, Any]) -> dict[str, Any]:
     """One step's SkyRL metrics → the ``train_steps`` columns they determine (absent ones are left out)."""
     row: dict[str, Any] = {}
     for column, names in COLUMNS.items():
-        value = next((_finite(metrics[n]) for n in names if n in metrics and _finite(metrics[n]) is not None), None)
+        value = next((v for v in (_finite(metrics.get(n)) for n in names) if v is not None), None)
         if value is not None:
             row[column] = int(value) if column in INTEGER_COLUMNS else value
     row["trained"] = "loss" in row

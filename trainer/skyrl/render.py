@@ -25,7 +25,7 @@ from trainer.local.logprobs import Layout
 from trainer.local.trainer import TrainerConfig
 from trainer.sizing import ClusterLayout
 from trainer.skyrl.mappings import UnsupportedSetting, algorithm_keys, lr_scheduler
-from trainer.skyrl.values import RECIPE_SECTION, is_skyrl_key, lines, problems
+from trainer.skyrl.values import RECIPE_SECTION, lines, problems, split_keys
 
 PROJECT = "rl-recipe"
 DEFAULT_STORAGE = "/tmp/rl-recipe"
@@ -84,10 +84,10 @@ class Overrides:
         return lines(self.values)
 
     def skyrl_keys(self) -> list[str]:
-        return sorted(k for k in self.values if is_skyrl_key(k))
+        return split_keys(sorted(self.values))[0]
 
     def recipe_keys(self) -> list[str]:
-        return sorted(k for k in self.values if not is_skyrl_key(k))
+        return split_keys(sorted(self.values))[1]
 
 
 def _prefixed(prefix: str, keys: Mapping[str, Any]) -> dict[str, Any]:
