@@ -5,9 +5,9 @@ Nothing here loads a table whole: the trajectory list is one ``LIMIT/OFFSET`` pa
 values only ever travel as ``?`` parameters; the SQL text is built from fixed column names (the sort key comes from
 the ``SORTS`` whitelist), so a hostile filter value is just a value that matches nothing.
 
-The catalog is opened read-only for each query and closed at once (``CatalogReader``): DuckDB lets one process write
-a file, and that process is the pipeline's flow, which opens the file for each append — holding a read connection
-open would lock it out of a run that is still going.
+The catalog is opened read-only for each answer and closed at once (``CatalogReader``; an answer's queries share one
+connection): DuckDB lets one process write a file, and that process is the pipeline's flow, which opens the file for
+each append — holding a read connection open would lock it out of a run that is still going.
 
     explorer = Explorer(RunStore.open(Path("runs"), run_id))
     page = explorer.trajectories(TrajectoryFilter(stage="derisk", tool="pdf_read_pdf"), Page(sort="reward"))
@@ -16,14 +16,17 @@ open would lock it out of a run that is still going.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -32,6 +35,7 @@ from envs.errors import RecipeError
 from tasks.explorer.tokens import Decoder, trajectory_view
 from tasks.run_store import RunStore, RunStoreError, StageManifest
 
+T = TypeVar("T")
 KNOWN_GOOD_SOURCES = ("oracle", "probe")
 """Tool-call sources whose arguments are right by construction (``tasks.derisk.KNOWN_GOOD``; that module imports
 Prefect, which the explorer must not)."""
@@ -210,33 +214,60 @@ class Page:
 
 
 class CatalogReader:
-    """Read-only queries on a catalog file, each on its own short connection (see the module docstring).
+    """Read-only queries on a catalog file, on short connections (see the module docstring).
 
-    A query that finds the file locked by the writer waits for it (up to ``lock_timeout_s``); a missing file reads as
-    empty tables (a run whose first stage has not written yet)."""
+    Each ``rows`` call opens and closes its own connection, unless the calling thread is inside ``session()``: then
+    the session's one connection answers (opening one costs ~30 ms, far more than a page's queries). A query that
+    finds the file locked by the writer waits for it (up to ``lock_timeout_s``); a missing file reads as empty tables
+    (a run whose first stage has not written yet)."""
 
     def __init__(self, path: Path, lock_timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.path = path
         self.lock_timeout_s = lock_timeout_s
+        self._local = threading.local()
 
-    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        if not self.path.is_file():
-            return []
+    def _connect(self) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout_s
         while True:
             try:
-                con = duckdb.connect(str(self.path), read_only=True)
+                return duckdb.connect(str(self.path), read_only=True)
             except duckdb.IOException:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-                continue
-            try:
-                cursor = con.execute(sql, list(params))
-                names = [d[0] for d in cursor.description]
-                return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-            finally:
-                con.close()
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """The queries of this thread inside share one connection, closed at the end (nested sessions reuse it)."""
+        if getattr(self._local, "con", None) is not None or not self.path.is_file():
+            yield
+            return
+        self._local.con = self._connect()
+        try:
+            yield
+        finally:
+            self._local.con.close()
+            self._local.con = None
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self.session():
+            con = getattr(self._local, "con", None)
+            if con is None:  # no catalog file yet
+                return []
+            cursor = con.execute(sql, list(params))
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _one_connection(method: Callable[..., T]) -> Callable[..., T]:
+    """An ``Explorer`` method whose queries share one catalog connection (``CatalogReader.session``)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Explorer, *args: Any, **kwargs: Any) -> T:
+        with self.catalog.session():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def clean(value: Any) -> Any:
@@ -302,6 +333,7 @@ class Explorer:
         except RunStoreError:
             return []
 
+    @_one_connection
     def overview(self) -> dict[str, Any]:
         """The run (provenance), its stages with their gate reports, row counts and the filter facets."""
         info = self.store.info()
@@ -359,6 +391,7 @@ class Explorer:
 
     # --- trajectories -------------------------------------------------------------------------------------------
 
+    @_one_connection
     def trajectories(self, where: TrajectoryFilter, page: Page) -> dict[str, Any]:
         """One page of list rows and the number of rows the filter matches."""
         sql_where, params = where.where()
@@ -369,6 +402,7 @@ class Explorer:
         )
         return clean({"total": total[0]["n"] if total else 0, "offset": page.offset, "limit": page.limit, "rows": rows})
 
+    @_one_connection
     def trajectory(self, trajectory_id: int) -> dict[str, Any] | None:
         """One trajectory turn by turn (``tokens.trajectory_view``), or None when there is no such id."""
         found = self.catalog.rows("SELECT * FROM trajectories WHERE id = ?", [trajectory_id])
@@ -399,6 +433,7 @@ class Explorer:
 
     # --- tools --------------------------------------------------------------------------------------------------
 
+    @_one_connection
     def tools(self, stage: str | None = None) -> dict[str, Any]:
         """Per tool: calls, failure rates (all, known-good, the model's), empty-on-success, timeouts, latency; and
         the top error signatures by tool and source with the advice (``envs.diagnostics``)."""
@@ -435,6 +470,7 @@ class Explorer:
 
     # --- curves and tables --------------------------------------------------------------------------------------
 
+    @_one_connection
     def curves(self) -> dict[str, Any]:
         """Train steps (reward, pass rate, eval points) per stage and run; eval summaries; the stages' tables."""
         steps = self.catalog.rows(

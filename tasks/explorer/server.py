@@ -14,13 +14,14 @@ Routes (GET; every answer is JSON from ``queries.Explorer`` except the page and 
 ==============================  =====================================================================================
 
 A bad parameter answers 400 with ``{"error": message}``. Handlers are plain functions: Starlette runs them in its
-thread pool, and each query opens its own read-only connection (``queries.CatalogReader``). No Prefect import here.
+thread pool, and each answer opens its own read-only connection (``queries.CatalogReader``). No Prefect import here.
 
     uvicorn.run(create_app(Explorer(store, decoder)), host="127.0.0.1", port=8765)
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,14 @@ HEADERS = {
 }
 
 
+@functools.cache
+def _index_html() -> str:
+    return (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+
+
 def page_html(data_scripts: str = "") -> str:
     """``index.html`` with ``data_scripts`` at the data marker (empty: the page asks the JSON API)."""
-    return (STATIC_DIR / "index.html").read_text(encoding="utf-8").replace(DATA_MARKER, data_scripts)
+    return _index_html().replace(DATA_MARKER, data_scripts)
 
 
 def _json(content: Any, status: int = 200) -> JSONResponse:

@@ -64,7 +64,7 @@ def find_tokenizer(store: RunStore) -> Path | None:
         policy = manifest.outputs.get("policy")
         if not isinstance(policy, str):
             continue
-        for folder in (Path(policy), store.root / policy):
+        for folder in (Path(policy), store.path(policy)):
             if (folder / TOKENIZER_FILE).is_file():
                 return folder / TOKENIZER_FILE
     return None
@@ -98,7 +98,6 @@ def _piece(
 
 def _pieces(
     tokens: Sequence[int],
-    mask: Sequence[int],
     logprobs: Sequence[float],
     runs: list[list[int]],
     start: int,
@@ -134,7 +133,7 @@ def trajectory_view(
     if not turns and prompt_end < n:
         regions = [({"turn": 0, "start_pos": prompt_end, "end_pos": n}, prompt_end, n)]
     for turn, start, end in regions:
-        pieces = _pieces(tokens, mask, logprobs, runs, start, end, decoder)
+        pieces = _pieces(tokens, logprobs, runs, start, end, decoder)
         generated = [p for p in pieces if p["generated"]]
         n_generated = sum(p["end"] - p["start"] for p in generated)
         nudges = [p["nudge"] for p in pieces if "nudge" in p]
@@ -160,7 +159,7 @@ def trajectory_view(
     spans = [(t["start_pos"], min(t["end_pos"], n)) for t in turns if t["end_pos"] is not None]
     masked_in_spans = sum(sum(mask[s:e]) for s, e in spans)
     return row | {
-        "prompt": _pieces(tokens, mask, logprobs, runs, 0, prompt_end, decoder),
+        "prompt": _pieces(tokens, logprobs, runs, 0, prompt_end, decoder),
         "turns": views,
         "unplaced_calls": [c for group in calls_by_turn.values() for c in group],
         "mask_runs": runs[:MAX_MASK_RUNS],
