@@ -6,17 +6,19 @@ PIP := $(PY) -m pip
 # The CPU wheel of torch; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+# requirements.lock pins every package to the version CI tested; pyproject.toml keeps the floors.
+LOCK := -c requirements.lock
 
-.PHONY: install demo test test-slow test-browser test-cluster bench learn lint clean test-vllm
+.PHONY: install demo test test-slow test-browser test-cluster bench learn lint lock clean test-vllm
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
 	@command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null) \
 		|| echo "warning: bubblewrap not installed; sandboxed code runs with resource limits only"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_PIN)"
-	$(PIP) install -q -e ".[dev]" "$(TORCH_PIN)"
+	$(PIP) install -q $(LOCK) -e ".[dev]" "$(TORCH_PIN)"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -37,7 +39,7 @@ test-slow: install
 # reachable here); screenshots under the test's tmp folder, or RL_RECIPE_SCREENSHOTS.
 test-browser: install
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
-	$(PIP) install -q -e ".[browser]" "$(TORCH_PIN)"
+	$(PIP) install -q $(LOCK) -e ".[browser]" "$(TORCH_PIN)"
 	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py
 
 # The cluster hand-off without a cluster: the rendered SkyRL overrides against SkyRL 0.3.0's own config classes, and
@@ -65,6 +67,12 @@ learn: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/deptry .
+
+# Re-pin requirements.lock to what .venv holds now (after upgrading a floor in pyproject.toml and passing `make test`).
+lock: install
+	@{ sed -n 1,2p requirements.lock; $(PIP) freeze --exclude-editable | grep -v -e "^rl-recipe" -e " @ " \
+		| sed "s/^torch==\(.*\)+cpu$$/torch==\1/"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
 
 clean:
 	rm -rf $(VENV) .venv-vllm $(CLUSTER_VENV) .pytest_cache data runs models
