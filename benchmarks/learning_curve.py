@@ -36,9 +36,22 @@ from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness
 from trainer.engine import Engine
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
-from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord, SyncLoopConfig, run_async_loop, run_sync_loop
-from trainer.loops.common import CHECKPOINTS, LoopConfig, TaskFilter, default_envs, evaluate_reward, tasks_with_variance
+from trainer.loops import (
+    AsyncLoopConfig,
+    LoopHistory,
+    LoopHooks,
+    LoopJob,
+    StepRecord,
+    SyncLoopConfig,
+    TaskFilter,
+    run_async_loop,
+    run_sync_loop,
+)
+from trainer.loops.config import LoopConfig
 from trainer.loops.engine_adapter import InProcessEngine
+from trainer.loops.evaluation import evaluate_reward, tasks_with_variance
+from trainer.loops.policy import CHECKPOINTS
+from trainer.loops.rollouts import Rollouts, default_envs
 from trainer.model import load_policy
 
 WINDOW = 5
@@ -49,18 +62,10 @@ def evaluate_policy_dir(
 ) -> tuple[float, float]:
     """(mean reward, pass rate) of a saved policy on ``tasks``, ``config.eval_samples`` sampled rollouts each."""
     model, tokenizer = load_policy(policy_dir)
+    envs_for = default_envs(worlds_root, config.apps)
     with Engine(model, tokenizer, config.engine_config()) as engine:
-        return asyncio.run(
-            evaluate_reward(
-                tasks,
-                default_envs(worlds_root, config.apps),
-                InProcessEngine(engine),
-                tokenizer,
-                config.harness,
-                n=config.eval_samples,
-                seed=config.seed + 1,
-            )
-        )
+        rollouts = Rollouts(envs_for, InProcessEngine(engine), tokenizer, config.harness, seed=config.seed + 1)
+        return asyncio.run(evaluate_reward(rollouts, tasks, config.eval_samples))
 
 
 def overfit_subset(
@@ -70,11 +75,8 @@ def overfit_subset(
     model, tokenizer = load_policy(policy_dir)
     envs_for = default_envs(worlds_root, config.apps)
     with Engine(model, tokenizer, config.engine_config()) as engine:
-        varied = asyncio.run(
-            tasks_with_variance(
-                tasks, envs_for, InProcessEngine(engine), tokenizer, config.harness, n=n, seed=config.seed + 2
-            )
-        )
+        rollouts = Rollouts(envs_for, InProcessEngine(engine), tokenizer, config.harness, seed=config.seed + 2)
+        varied = asyncio.run(tasks_with_variance(rollouts, tasks, n))
     return varied[:size]
 
 
@@ -175,7 +177,7 @@ def main() -> None:
     finals: dict[str, tuple[float, float]] = {}
     for name, run, config in (("sync", run_sync_loop, sync_config), ("async", run_async_loop, async_config)):
         print(f"{name} loop:", flush=True)
-        histories[name] = run(base_dir, train, worlds, config, out / name, print_step(name))
+        histories[name] = run(LoopJob(base_dir, train, worlds, out / name, LoopHooks(print_step(name))), config)
         final = latest_checkpoint(out / name / CHECKPOINTS)
         finals[name] = evaluate_policy_dir(final / POLICY_DIR, config, worlds, train)
         print(f"{name} eval after {args.steps} steps: reward {finals[name][0]:.3f}  pass {finals[name][1]:.3f}")

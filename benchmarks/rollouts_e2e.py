@@ -22,7 +22,7 @@ import asyncio
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,12 +30,13 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.apps import World
 from envs.build import build_environment, load_tasks
-from envs.harness.agent import EnvFactory, HarnessConfig, ToolListing, run_group
+from envs.harness.agent import EnvsForTask, HarnessConfig, ToolListing, run_group
 from envs.harness.chat import compact_system_prompt
 from envs.harness.engine_client import CompletionsClient
 from envs.harness.tools import LocalToolSession
 from envs.net import serve_in_thread
 from envs.rollout import local_envs, pooled_envs
+from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 from envs.types import TaskSpec, Trajectory
@@ -62,7 +63,7 @@ def served(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, config: 
 async def run_all(
     url: str,
     tasks: list[TaskSpec],
-    factory: Callable[[TaskSpec], EnvFactory],
+    factory: EnvsForTask,
     tokenizer: PreTrainedTokenizerBase,
     config: HarnessConfig,
     group: int,
@@ -161,7 +162,7 @@ def measure(
     report(f"{name}, local envs", trajs, time.perf_counter() - started)
 
     async def pooled() -> tuple[list[Trajectory], float]:
-        provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks}, apps=apps)
+        provider = LocalProvider({t.world_id: worlds / t.world_id for t in tasks}, SandboxOptions(apps=apps))
         async with SandboxPool(provider, size_per_world=args.per_world) as pool:
             started = time.perf_counter()  # the pool's warm start is not part of a rollout
             trajs = await run_all(

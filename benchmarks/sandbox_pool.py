@@ -26,6 +26,7 @@ import httpx
 from envs.mcp.client import GatewayClient, Transport, gateway_command
 from envs.mcp.gateway import HTTP_PATH
 from envs.net import free_port
+from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 
@@ -60,7 +61,7 @@ async def timed(fn: Callable[[], Awaitable[object]], repeats: int) -> list[float
 
 
 async def sandbox_timings(world: Path, scratch: Path, starts: int, cycles: int) -> dict[str, list[float]]:
-    provider = LocalProvider({"w": world}, scratch=scratch)
+    provider = LocalProvider({"w": world}, SandboxOptions(scratch=scratch))
 
     async def fresh() -> None:
         await (await provider.start("w")).close()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from envs.files import replace_dir
 from envs.loaders import load_jsonl, save_jsonl
 from envs.taskgen import generate_tasks
 from envs.types import Split, TaskSpec
@@ -69,13 +70,9 @@ def build_environment(
         generation_seconds=round(time.perf_counter() - started, 3),
     )
     (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2))
-    # Swap the finished folder in whole: a crash mid-generation never leaves a half-written data folder.
-    backup = out.with_name(out.name + ".old")
-    shutil.rmtree(backup, ignore_errors=True)
-    if out.exists():
-        out.rename(backup)
-    staging.rename(out)
-    shutil.rmtree(backup, ignore_errors=True)
+    # Swap the finished folder in whole: a crash mid-generation never leaves a half-written data folder (and a crash
+    # mid-build leaves `<out>.building`, cleared by the next build).
+    replace_dir(staging, out)
     return manifest
 
 

@@ -11,7 +11,6 @@ known-bad tool variants (``envs.mcp.variants``) in front of the apps on the MCP 
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from envs.mcp.servers import mcp_name
 from envs.mcp.variants import BadVariant
 from envs.oracle import OracleRun, require_oracle, run_oracle
 from envs.probes import run_probes
+from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import TaskSpec, ToolCallRecord
 
@@ -65,13 +65,6 @@ class EnvironmentCheck:
 
 Scored = tuple[float, bool, str | None]  # score, passed, why not
 Report = Callable[[OracleCheck], None]
-
-
-def fork_world(pristine: Path, dest: Path) -> Path:
-    """A private, writable copy of a pristine world for one rollout. Callers put ``dest`` in an
-    ``envs.scratch.scratch_dir``: a copy a crash (SIGKILL) left behind is swept by the next process."""
-    shutil.copytree(pristine, dest, symlinks=True)
-    return dest
 
 
 class _CallLog:
@@ -163,11 +156,14 @@ async def _check_stdio(
     tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
 ) -> list[ProbeCall]:
     from envs.mcp.oracle import run_oracle_via
+    from envs.sandbox.base import SandboxOptions
     from envs.sandbox.local import LocalProvider
     from envs.sandbox.pool import SandboxPool
 
     world_ids = _world_ids(tasks)
-    provider = LocalProvider({world_id: worlds_root / world_id for world_id in world_ids}, variants=variants)
+    provider = LocalProvider(
+        {world_id: worlds_root / world_id for world_id in world_ids}, SandboxOptions(variants=variants)
+    )
     async with SandboxPool(provider, size_per_world=1) as pool:
         for task in tasks:
             started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()

@@ -1,8 +1,10 @@
 """Atomic file writes and safe reads of files a model may have made.
 
 * Writes: a temp file in the target's folder, fsynced, then ``os.replace`` — a reader (or a crash) never sees half a
-  file. Every write that matters in the project goes through here; ``fsync_tree`` makes a folder written by a
-  library (a checkpoint) durable before it is renamed into place.
+  file. Every write that matters in the project goes through here.
+* Folders (a checkpoint, a policy, staged weights, the environment): filled in a hidden sibling and swapped in whole
+  by ``replace_dir`` (``staged_dir`` makes the sibling and swaps it in when its block ends), so a reader (or a
+  crash) never sees half a folder; ``fsync_tree`` makes what a library wrote there durable before the rename.
 * Reads: ``open_regular`` opens a file without blocking and refuses anything but a regular file. Model-run code can
   leave a FIFO (``mkfifo``) where a file is expected: a plain ``open`` of it blocks until someone writes, which hung
   the file tools' threads and the grader.
@@ -13,8 +15,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -82,6 +87,42 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """Swap the finished folder ``staged`` in as ``target`` (a sibling of it), replacing any folder there.
+
+    Steps: fsync ``staged`` (every file and folder); rename an old ``target`` aside to ``.<name>.old``; rename
+    ``staged`` to ``target``; fsync the parent folder (the renames survive a crash); remove the old folder. A reader,
+    or a crash at any point, never sees a half-written ``target`` or one of empty files: ``target`` is the old folder
+    or the new one, whole — or, after a crash between the two renames, absent, with the old one whole beside it as
+    ``.<name>.old`` (cleared by the next swap). Both must be on one file system (a sibling is).
+    """
+    fsync_tree(staged)
+    backup = target.with_name(f".{target.name}.old")
+    shutil.rmtree(backup, ignore_errors=True)
+    if target.exists():
+        os.replace(target, backup)
+    os.replace(staged, target)
+    fsync_dir(target.parent)
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+@contextmanager
+def staged_dir(target: Path) -> Iterator[Path]:
+    """A fresh hidden sibling folder of ``target`` (``.<name>-XXXX``) to fill; when the block ends normally it replaces
+    ``target`` (``replace_dir``), and on an exception it is removed and ``target`` is left as it was.
+
+        with staged_dir(checkpoint) as tmp:
+            torch.save(state, tmp / "state.pt")
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        yield tmp
+        replace_dir(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -12,9 +12,12 @@ How it behaves under failure:
   ``backoff_max_s``.
 * A reply that is not a verdict is re-asked (the bad reply and a correction go back into the conversation).
 * ``auth`` (401/403) and ``bad_request`` (other 4xx) fail at once; anything left failing after ``max_attempts``
-  HTTP attempts raises ``JudgeError`` carrying its ``JudgeFailure`` class.
+  HTTP attempts raises ``JudgeError`` carrying its ``ApiFailure`` class.
 * Keys never reach logs, reprs, exceptions or serialised config: they are ``SecretStr`` and any server text
   that is quoted (an error body may echo the key) is redacted first.
+
+The HTTP itself — key rotation, the timeout on each attempt, failure classes, ``Retry-After``, the jittered
+backoff, redaction — is ``envs.openai_http``'s; the retry loop, the re-ask and the metrics are the judge's own.
 
 All HTTP runs on one private event-loop thread owned by the client, so the connection pool, the concurrency
 semaphore and the metrics are shared by every caller: sync ``judge`` from any thread (with or without a
@@ -32,8 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import email.utils
-import itertools
 import json
 import logging
 import math
@@ -44,17 +45,19 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Coroutine, Sequence
-from enum import StrEnum
 from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError
 
 from envs.graders import JudgeVerdict
+from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+CHAT_PATH = "/chat/completions"
 
 # --- configuration ---------------------------------------------------------------------------------------------------
 
@@ -105,71 +108,18 @@ class JudgeConfig(BaseModel):
 # --- failures --------------------------------------------------------------------------------------------------------
 
 
-class JudgeFailure(StrEnum):
-    RATE_LIMITED = "rate_limited"
-    SERVER_ERROR = "server_error"
-    TIMEOUT = "timeout"
-    CONNECTION = "connection"
-    AUTH = "auth"
-    BAD_REQUEST = "bad_request"
-    MALFORMED_RESPONSE = "malformed_response"
-
-    @property
-    def retryable(self) -> bool:
-        return self in _RETRYABLE
-
-
-_RETRYABLE = frozenset(
-    {
-        JudgeFailure.RATE_LIMITED,
-        JudgeFailure.SERVER_ERROR,
-        JudgeFailure.TIMEOUT,
-        JudgeFailure.CONNECTION,
-        JudgeFailure.MALFORMED_RESPONSE,  # re-asked, not backed off
-    }
-)
-
-_STATUS_FAILURE = {
-    401: JudgeFailure.AUTH,
-    403: JudgeFailure.AUTH,
-    408: JudgeFailure.TIMEOUT,
-    429: JudgeFailure.RATE_LIMITED,
-}
-
-
-def classify_status(status_code: int) -> JudgeFailure | None:
-    """The failure class of an HTTP status (``None`` for 2xx/3xx)."""
-    if status_code in _STATUS_FAILURE:
-        return _STATUS_FAILURE[status_code]
-    if status_code >= 500:
-        return JudgeFailure.SERVER_ERROR
-    if status_code >= 400:
-        return JudgeFailure.BAD_REQUEST
-    return None
-
-
 class JudgeError(Exception):
     """A criterion could not be judged. ``failure`` says why; the message never holds a key."""
 
-    def __init__(self, failure: JudgeFailure, message: str, attempts: int) -> None:
+    def __init__(self, failure: ApiFailure, message: str, attempts: int) -> None:
         super().__init__(f"[{failure}] {message} (after {attempts} attempt(s))")
         self.failure = failure
         self.message = message
         self.attempts = attempts
 
-    def __reduce__(self) -> tuple[type[JudgeError], tuple[JudgeFailure, str, int]]:
+    def __reduce__(self) -> tuple[type[JudgeError], tuple[ApiFailure, str, int]]:
         # Picklable across Ray / Prefect result boundaries despite the custom signature.
         return type(self), (self.failure, self.message, self.attempts)
-
-
-class _AttemptFailed(Exception):
-    """One HTTP attempt failed; internal to the retry loop. ``detail`` is already redacted (see ``_quote``)."""
-
-    def __init__(self, failure: JudgeFailure, detail: str, retry_after_s: float | None = None) -> None:
-        super().__init__(detail)
-        self.failure = failure
-        self.detail = detail
-        self.retry_after_s = retry_after_s
 
 
 # --- prompt and parsing ----------------------------------------------------------------------------------------------
@@ -242,8 +192,8 @@ class JudgeMetrics(BaseModel):
     calls: int
     succeeded: int
     attempts: int
-    retries_by_class: dict[JudgeFailure, int]
-    failures_by_class: dict[JudgeFailure, int]
+    retries_by_class: dict[ApiFailure, int]
+    failures_by_class: dict[ApiFailure, int]
     latency_mean_s: float | None
     latency_p50_s: float | None
     latency_p95_s: float | None
@@ -258,19 +208,19 @@ class _MetricsRecorder:
         self._calls = 0
         self._succeeded = 0
         self._attempts = 0
-        self._retries: Counter[JudgeFailure] = Counter()
-        self._failures: Counter[JudgeFailure] = Counter()
+        self._retries: Counter[ApiFailure] = Counter()
+        self._failures: Counter[ApiFailure] = Counter()
         self._latencies_s: deque[float] = deque(maxlen=window)
 
     def attempt(self) -> None:
         with self._lock:
             self._attempts += 1
 
-    def retry(self, failure: JudgeFailure) -> None:
+    def retry(self, failure: ApiFailure) -> None:
         with self._lock:
             self._retries[failure] += 1
 
-    def finish(self, latency_s: float, failure: JudgeFailure | None) -> None:
+    def finish(self, latency_s: float, failure: ApiFailure | None) -> None:
         with self._lock:
             self._calls += 1
             self._latencies_s.append(latency_s)
@@ -303,37 +253,7 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
     return sorted_values[rank - 1]
 
 
-# --- backoff ---------------------------------------------------------------------------------------------------------
-
-
-def backoff_delay_s(retry_index: int, base_s: float, max_s: float, rng: random.Random) -> float:
-    """Full jitter: ``U(0, min(max_s, base_s * 2**retry_index))`` (Brooker, AWS Architecture Blog 2015)."""
-    return rng.uniform(0.0, min(max_s, base_s * 2.0**retry_index))
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    if value is None or not value.strip():
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 # --- client ----------------------------------------------------------------------------------------------------------
-
-
-def _quote(text: str, keys: Sequence[SecretStr], limit: int = 300) -> str:
-    """Server text fit for logs and errors: every key replaced by ``***`` (before cutting, so no key half survives)."""
-    for key in keys:
-        text = text.replace(key.get_secret_value(), "***")
-    return text[:limit]
 
 
 class LlmJudgeClient:
@@ -341,26 +261,24 @@ class LlmJudgeClient:
 
     def __init__(self, config: JudgeConfig, rng: random.Random | None = None) -> None:
         self.config = config
-        self._keys = config.resolve_keys()
-        self._key_cycle = itertools.cycle(range(len(self._keys))) if self._keys else None
+        keys = config.resolve_keys()
         self._rng = rng or random.Random()
         self._metrics = _MetricsRecorder()
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-judge-loop", daemon=True)
         self._thread.start()
-        self._http, self._semaphore = self._submit(self._open()).result()
+        self._api, self._semaphore = self._submit(self._open(keys)).result()
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"LlmJudgeClient(url={self._url!r}, model={self.config.model!r}, keys={len(self._keys)})"
+        return f"LlmJudgeClient(api={self._api!r}, model={self.config.model!r})"
 
-    async def _open(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+    async def _open(self, keys: Sequence[SecretStr]) -> tuple[ApiClient, asyncio.Semaphore]:
         # Both belong to the private loop: created on it, used only on it. The semaphore alone bounds concurrency;
         # an unbounded pool keeps httpx's own 100-connection default from queueing requests behind our back.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.config.max_concurrency)
-        http = httpx.AsyncClient(timeout=self.config.timeout_s, limits=limits)
-        return http, asyncio.Semaphore(self.config.max_concurrency)
+        api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, limits=limits)
+        return api, asyncio.Semaphore(self.config.max_concurrency)
 
     def _submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         if self._loop.is_closed() or threading.current_thread() is self._thread:
@@ -374,7 +292,7 @@ class LlmJudgeClient:
         if self._closed:
             return
         self._closed = True
-        self._submit(self._http.aclose()).result(timeout=10)
+        self._submit(self._api.aclose()).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
@@ -423,13 +341,13 @@ class LlmJudgeClient:
             return future.result(timeout=self._deadline_s(n_calls))
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise JudgeError(JudgeFailure.TIMEOUT, "judge call exceeded its overall deadline", 0) from None
+            raise JudgeError(ApiFailure.TIMEOUT, "judge call exceeded its overall deadline", 0) from None
 
     async def _wait_async(self, coro: Coroutine[Any, Any, _T], n_calls: int) -> _T:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(self._submit(coro)), self._deadline_s(n_calls))
         except TimeoutError:
-            raise JudgeError(JudgeFailure.TIMEOUT, "judge call exceeded its overall deadline", 0) from None
+            raise JudgeError(ApiFailure.TIMEOUT, "judge call exceeded its overall deadline", 0) from None
 
     # --- core (runs on the private loop)
 
@@ -455,25 +373,24 @@ class LlmJudgeClient:
         messages = build_messages(task_prompt, criterion_text, answer, evidence, config.max_evidence_chars)
         started = time.monotonic()
         backoff_retries = 0
-        last: _AttemptFailed | None = None
+        last: ApiError | None = None
         for attempt in range(1, config.max_attempts + 1):
             if last is not None:
                 self._metrics.retry(last.failure)
-                if last.failure is not JudgeFailure.MALFORMED_RESPONSE:
+                if last.failure is not ApiFailure.MALFORMED_RESPONSE:
                     await asyncio.sleep(self._sleep_s(last, backoff_retries))
                     backoff_retries += 1
             try:
                 content = await self._attempt(messages)
-            except _AttemptFailed as failed:
+            except ApiError as failed:
                 last = failed
             else:
                 verdict = parse_verdict(content)
                 if verdict is not None:
                     self._metrics.finish(time.monotonic() - started, None)
                     return verdict
-                last = _AttemptFailed(
-                    JudgeFailure.MALFORMED_RESPONSE, f"not a verdict: {_quote(content, self._keys)!r}"
-                )
+                detail = f"not a verdict: {self._api.redact(content, 300)!r}"
+                last = ApiError(ApiFailure.MALFORMED_RESPONSE, CHAT_PATH, detail)
                 messages = [
                     *messages,
                     {"role": "assistant", "content": content},
@@ -482,64 +399,39 @@ class LlmJudgeClient:
             logger.warning(
                 "judge attempt %d/%d failed: %s: %s", attempt, config.max_attempts, last.failure, last.detail
             )
-            if not last.failure.retryable:
-                break
+            if not (last.failure.retryable or last.failure is ApiFailure.MALFORMED_RESPONSE):
+                break  # a malformed reply is re-asked; auth and bad-request failures would only repeat
         assert last is not None  # the loop ran at least once and did not return
         self._metrics.finish(time.monotonic() - started, last.failure)
         raise JudgeError(last.failure, last.detail, attempt)
 
-    def _sleep_s(self, failed: _AttemptFailed, retry_index: int) -> float:
+    def _sleep_s(self, failed: ApiError, retry_index: int) -> float:
         if failed.retry_after_s is not None:
             return min(failed.retry_after_s, self.config.backoff_max_s)
         return backoff_delay_s(retry_index, self.config.backoff_base_s, self.config.backoff_max_s, self._rng)
 
-    def _next_headers(self) -> dict[str, str]:
-        if self._key_cycle is None:
-            return {}
-        return {"Authorization": f"Bearer {self._keys[next(self._key_cycle)].get_secret_value()}"}
-
     async def _attempt(self, messages: list[dict[str, str]]) -> str:
-        """One HTTP attempt; returns the reply text or raises ``_AttemptFailed``."""
+        """One HTTP attempt; returns the reply text or raises ``ApiError``."""
         body = {
             "model": self.config.model,
             "messages": messages,
             "temperature": self.config.temperature,
             "max_tokens": self.config.max_tokens,
         }
-        headers = self._next_headers()
         # The semaphore covers the request only, so callers sleeping in backoff do not hold a slot.
         async with self._semaphore:
             self._metrics.attempt()
-            try:
-                async with asyncio.timeout(self.config.timeout_s):
-                    response = await self._http.post(self._url, json=body, headers=headers)
-            except (TimeoutError, httpx.TimeoutException) as exc:
-                raise _AttemptFailed(JudgeFailure.TIMEOUT, f"no reply within {self.config.timeout_s}s") from exc
-            except httpx.TransportError as exc:
-                raise _AttemptFailed(
-                    JudgeFailure.CONNECTION, _quote(f"{type(exc).__name__}: {exc}", self._keys)
-                ) from exc
-        failure = classify_status(response.status_code)
-        if failure is not None:
-            raise _AttemptFailed(
-                failure,
-                f"HTTP {response.status_code}: {_quote(response.text, self._keys)}",
-                parse_retry_after(response.headers.get("retry-after")),
-            )
-        return _reply_content(response, self._keys)
+            data = await self._api.post_json(CHAT_PATH, body)
+        return _reply_content(data)
 
 
-def _reply_content(response: httpx.Response, keys: Sequence[SecretStr]) -> str:
+def _reply_content(data: dict[str, Any]) -> str:
     """The assistant text of a chat completion; a body of the wrong shape counts as a malformed reply."""
-    try:
-        choice = response.json()["choices"][0]
-        content = choice["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise _AttemptFailed(
-            JudgeFailure.MALFORMED_RESPONSE, f"not a chat completion: {_quote(response.text, keys)!r}"
-        ) from exc
+    choice = first_choice(data, CHAT_PATH)
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str):
-        raise _AttemptFailed(JudgeFailure.MALFORMED_RESPONSE, f"message content is {type(content).__name__}")
+        raise ApiError(ApiFailure.MALFORMED_RESPONSE, CHAT_PATH, f"message content is {type(content).__name__}")
     if choice.get("finish_reason") == "length":
-        raise _AttemptFailed(JudgeFailure.MALFORMED_RESPONSE, "reply cut off at max_tokens")
+        raise ApiError(ApiFailure.MALFORMED_RESPONSE, CHAT_PATH, "reply cut off at max_tokens")
     return content

@@ -9,6 +9,9 @@ Two factories, one contract (``EnvFactory``):
   (``LocalToolSession``). No MCP, no sandbox: for unit tests and the tiny model's bootstrap, where thousands of
   short rollouts would otherwise pay the gateway round trip.
 
+``local_envs`` and the code-only harness's ``code_only_envs`` are both ``copy_envs``: a world copy per sample and the
+tool session a caller opens on it.
+
 Example::
 
     async with SandboxPool(LocalProvider(worlds_by_id), size_per_world=8) as pool:
@@ -18,16 +21,16 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from envs.apps import World
-from envs.check import fork_world
 from envs.graders import grade
 from envs.harness.agent import EnvFactory, SampleEnv
-from envs.harness.tools import GatewayToolSession, LocalToolSession
+from envs.harness.tools import GatewayToolSession, LocalToolSession, ToolSession
 from envs.sandbox.pool import SandboxPool
+from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 
@@ -44,16 +47,26 @@ def pooled_envs(pool: SandboxPool, task: TaskSpec, worlds_root: Path) -> EnvFact
     return open_env
 
 
-def local_envs(task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = None) -> EnvFactory:
+ToolsOnCopy = Callable[[Path], AbstractAsyncContextManager[ToolSession]]
+"""Opens a sample's tool session on its world copy."""
+
+
+def copy_envs(task: TaskSpec, worlds_root: Path, open_tools: ToolsOnCopy, label: str) -> EnvFactory:
+    """Each sample: a private copy of the task's world in a scratch folder named after ``label``, the tools
+    ``open_tools`` opens on it, graded against the pristine world."""
     pristine = worlds_root / task.world_id
     if not pristine.is_dir():
         raise FileNotFoundError(f"world {task.world_id} of task {task.task_id} is not under {worlds_root}")
 
     @asynccontextmanager
     async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
-        with scratch_dir(f"rollout-{task.task_id}-{sample_index}-") as scratch:
+        with scratch_dir(f"{label}-{task.task_id}-{sample_index}-") as scratch:
             copy = fork_world(pristine, Path(scratch) / task.world_id)
-            async with LocalToolSession(World(copy), apps=apps) as tools:
+            async with open_tools(copy) as tools:
                 yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy))
 
     return open_env
+
+
+def local_envs(task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = None) -> EnvFactory:
+    return copy_envs(task, worlds_root, lambda copy: LocalToolSession(World(copy), apps=apps), label="rollout")

@@ -9,8 +9,9 @@ letter within the choices counts as a letter, so a choice whose text is a lone l
 * ``format_prompt(row)`` — the question with choices lettered A, B, C, … and the "Answer: X" instruction.
 * ``extract_choice(text, n_choices)`` — the letter a reply picked: the last "answer is C" / "Answer: C", else the last
   "(C)", else the last stand-alone capital letter in range; ``None`` (scored wrong) when there is none.
-* ``run_mcq(rows, engine_url, model, passes, temperature)`` — every row once per pass via ``/v1/chat/completions`` or
-  ``/v1/completions`` (text prompt); accuracy per pass → mean ± SE over passes (``evals.stats.estimate``).
+* ``run_mcq(rows, McqConfig(engine_url, model, passes, temperature))`` — every row once per pass via
+  ``/v1/chat/completions`` or ``/v1/completions`` (text prompt), over ``envs.openai_http.ApiClient``; accuracy per
+  pass → mean ± SE over passes (``evals.stats.estimate``).
 
 ``BUNDLED_MCQ`` is a synthetic set of 40 questions (arithmetic, unit conversion, finance definitions) whose answers
 can be checked by hand: a smoke-level regression check, not a benchmark.
@@ -27,10 +28,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.jsonio import JsonError, json_lines, parse_json
+from envs.openai_http import ApiClient, ApiError, first_choice
 from evals.stats import estimate
 from evals.types import Estimate, TrialResult
 
@@ -218,39 +219,41 @@ class McqResult(BaseModel):
         ]
 
 
-async def _ask_all(
-    rows: Sequence[McqRow],
-    engine_url: str,
-    model: str,
-    passes: int,
-    temperature: float,
-    api: McqApi,
-    max_tokens: int,
-    concurrency: int,
-    seed: int,
-    timeout_s: float,
-) -> list[McqAnswer]:
-    route = _ROUTES[api]
-    gate = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=engine_url.rstrip("/"), timeout=timeout_s) as http:
+@dataclass(frozen=True)
+class McqConfig:
+    """Which engine answers and how: ``passes`` sampled passes over every row, pass ``p`` seeded ``seed + p``."""
+
+    engine_url: str
+    model: str
+    passes: int = 3
+    temperature: float = 1.0
+    api: McqApi = McqApi.CHAT
+    max_tokens: int = 256
+    concurrency: int = 8
+    """Requests in flight at once."""
+    seed: int = 0
+    timeout_s: float = 120.0
+
+
+async def _ask_all(rows: Sequence[McqRow], config: McqConfig) -> list[McqAnswer]:
+    route = _ROUTES[config.api]
+    gate = asyncio.Semaphore(config.concurrency)
+    async with ApiClient(config.engine_url, config.timeout_s) as api:
 
         async def ask(row: McqRow, pass_index: int) -> McqAnswer:
             body = route.body(format_prompt(row)) | {
-                "model": model,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "seed": seed + pass_index,
+                "model": config.model,
+                "max_tokens": config.max_tokens,
+                "temperature": config.temperature,
+                "seed": config.seed + pass_index,
             }
-            async with gate:
-                try:
-                    response = await http.post(route.path, json=body)
-                except httpx.HTTPError as error:
-                    raise McqEngineError(f"{route.path}: {type(error).__name__} for {row.id}: {error}") from error
-            if response.status_code >= 400:
-                raise McqEngineError(f"{route.path}: HTTP {response.status_code} for {row.id}: {response.text[:300]}")
             try:
-                text = route.text(response.json()["choices"][0])
-            except (KeyError, IndexError, TypeError, ValueError) as error:
+                async with gate:
+                    choice = first_choice(await api.post_json(route.path, body), route.path)
+                text = route.text(choice)
+            except ApiError as error:
+                raise McqEngineError(f"question {row.id}: {error}") from error
+            except (KeyError, TypeError) as error:
                 raise McqEngineError(f"{route.path}: malformed reply for {row.id} ({error!r})") from None
             chosen = extract_choice(text, len(row.choices))
             return McqAnswer(
@@ -262,43 +265,30 @@ async def _ask_all(
             )
 
         async with asyncio.TaskGroup() as group:
-            jobs = [group.create_task(ask(row, p)) for p in range(passes) for row in rows]
+            jobs = [group.create_task(ask(row, p)) for p in range(config.passes) for row in rows]
     return [job.result() for job in jobs]
 
 
-def run_mcq(
-    rows: Sequence[McqRow],
-    engine_url: str,
-    model: str,
-    passes: int = 3,
-    temperature: float = 1.0,
-    *,
-    api: McqApi = McqApi.CHAT,
-    max_tokens: int = 256,
-    concurrency: int = 8,
-    seed: int = 0,
-    timeout_s: float = 120.0,
-) -> McqResult:
+def run_mcq(rows: Sequence[McqRow], config: McqConfig) -> McqResult:
     """Ask every row once per pass (pass ``p`` samples with seed ``seed + p``); accuracy = mean ± SE over passes.
 
-    An engine error (HTTP status ≥ 400, malformed reply, transport failure) raises ``McqEngineError``: a regression
-    number measured on a partial set would mislead.
+    An engine error (HTTP status ≥ 400, malformed reply, transport failure, timeout) raises ``McqEngineError``: a
+    regression number measured on a partial set would mislead.
     """
     if not rows:
         raise ValueError("no questions to ask")
+    passes = config.passes
     if passes < 1:
         raise ValueError(f"passes must be at least 1, got {passes}")
     try:
-        answers = asyncio.run(
-            _ask_all(rows, engine_url, model, passes, temperature, api, max_tokens, concurrency, seed, timeout_s)
-        )
+        answers = asyncio.run(_ask_all(rows, config))
     except* McqEngineError as group:
         raise group.exceptions[0] from None  # the first failure says what is wrong; the rest repeat it
     by_pass = [[a.correct for a in answers if a.pass_index == p] for p in range(passes)]
     accuracy_P = [sum(correct) / len(correct) for correct in by_pass]
     return McqResult(
-        model=model,
-        api=api,
+        model=config.model,
+        api=config.api,
         n_questions=len(rows),
         passes=passes,
         accuracy=estimate(accuracy_P),

@@ -26,7 +26,7 @@ from evals.types import Comparison, Estimate, Metric, Summary, TrialResult
 
 if TYPE_CHECKING:
     from evals.mcq import McqResult
-    from evals.runner import EvalResult
+    from evals.records import EvalResult
 
 REPORT_FILE = "report.md"
 METRIC_LABELS = {

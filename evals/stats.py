@@ -1,4 +1,5 @@
-"""Evaluation statistics: unbiased pass@k and pass^k, per-pass mean ± SE, run summaries.
+"""Evaluation statistics: unbiased pass@k and pass^k (per task and averaged over tasks), per-pass mean ± SE, run
+summaries.
 
 A run is ``n_tasks`` tasks × ``n_passes`` passes of ``TrialResult``. Per pass we take the share of tasks fully
 solved (Pass@1) and the mean reward (share of rubric criteria met), then report mean ± SE over passes, as the
@@ -51,6 +52,18 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     """
     _check_counts(n, c, k)
     return math.prod((c - i) / (n - i) for i in range(k))
+
+
+def mean_pass_at_k(passed_T: Sequence[Sequence[bool]], k: int = 1) -> float:
+    """Pass@k of a task set: each task's unbiased pass@k (``pass_at_k``) averaged over the T tasks.
+
+    mean pass@k = (1/T) Σ_t pass@k(n_t, c_t), where task t ran n_t samples of which c_t passed; for k = 1 that is
+    (1/T) Σ_t c_t / n_t (RECIPE "Evaluation": unbiased pass@1 = c/n per task). Tasks may have different n_t: each
+    weighs 1/T whatever its n_t. Raises ``ValueError`` for no tasks or a task with fewer than k samples.
+    """
+    if len(passed_T) == 0:  # len, not truth: a task × sample numpy array is welcome too
+        raise ValueError("no tasks to average pass@k over")
+    return float(np.mean([pass_at_k(len(passed), int(sum(passed)), k) for passed in passed_T]))
 
 
 def estimate(values_P: Sequence[float] | np.ndarray) -> Estimate:
@@ -161,7 +174,7 @@ def _summarize_matrix(matrix: TrialMatrix, *, breakdowns: bool) -> Summary:
         n_passes=n_passes,
         pass_at_1=estimate(matrix.passed_TP.mean(axis=0)),
         mean_reward=estimate(matrix.rewards_TP.mean(axis=0)),
-        pass_at_k={k: float(np.mean([pass_at_k(n_passes, int(c), k) for c in correct_T])) for k in ks},
+        pass_at_k={k: mean_pass_at_k(matrix.passed_TP, k) for k in ks},
         pass_hat_k={k: float(np.mean([pass_hat_k(n_passes, int(c), k) for c in correct_T])) for k in ks},
         by_domain=_breakdown(matrix, matrix.domains_T) if breakdowns else {},
         by_tier=_breakdown(matrix, matrix.tiers_T) if breakdowns else {},

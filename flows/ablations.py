@@ -17,102 +17,44 @@ Gate: every arm finished and the rule chose. Output ``landed``: the arm's algori
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 
 from envs.files import atomic_write_json
+from envs.types import TaskSpec
 from evals.compare import paired_comparison
-from evals.runner import HarnessKind
+from evals.records import EvalResult
 from evals.types import Metric
-from flows.config import StageName
-from flows.stage import DEFAULT_RUNS_ROOT, open_stage
+from flows.config import AblationsStage, StageName
+from flows.stage import DEFAULT_RUNS_ROOT, StageRun, TrainingSetup, open_stage
 from flows.stage_gates import ArmResult, ablations_gate, landed_arm
 from tasks.artifacts import log, publish_table
 from tasks.plots import estimate_bars
 from tasks.training import LoopKind, loop_config
-from tasks.validation import Suite, validate
+from tasks.validation import Suite
 
 
 @flow(name="ablations", log_prints=True)
 def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 5 · ablations: the recipe's arms from one base and seed, k-pass held-out evals, paired CIs, a verdict."""
     with open_stage(run, StageName.ABLATIONS, Path(runs_root)) as stage:
-        config, section, name = stage.config, stage.section, stage.stage.value
-        policy, settings = Path(stage.policy()), stage.policy_settings()
-        train_tasks, heldout = stage.task_sets(settings)
-        varied = set(stage.upstream(StageName.DERISK).outputs["variance_tasks"])
-        tasks = [t for t in train_tasks if t.task_id in varied] or train_tasks
-        engine = stage.tuned_engine(settings.harness.context_budget_tokens)
+        section: AblationsStage = stage.section
+        setup = stage.training_setup()
+        tasks = stage.variance_tasks(setup.train)
         evals, errors = {}, {}
-        for arm_name, arm in section.arms.items():
-            arm_settings = settings.model_copy(
-                update={"harness": settings.harness.model_copy(update={"context_nudge": arm.context_nudge})}
-            )
-            loop = loop_config(
-                LoopKind.SYNC,
-                task_ids=[t.task_id for t in tasks],
-                settings=arm_settings,
-                trainer=stage.tuned_trainer(arm.algorithm),
-                prompts_per_step=section.prompts_per_step,
-                samples_per_prompt=section.samples_per_prompt,
-                steps=section.steps,
-                seed=config.seed,
-                checkpoint_every=0,
-                max_num_seqs=engine.max_num_seqs,
-            )
+        for arm_name in section.arms:
             try:
                 with stage.timed(f"arm_{arm_name}"):
-                    trained = stage.train(arm_name, policy, tasks, loop)
-                    evals[arm_name] = stage.evaluate(
-                        "heldout",
-                        arm_name,
-                        trained.policy,
-                        heldout,
-                        HarnessKind.MCP,
-                        section.eval_passes,
-                        settings,
-                        engine,
-                    )
+                    evals[arm_name] = _run_arm(stage, setup, tasks, arm_name)
             except Exception as error:  # one arm's failure is a finding of this stage, not the end of the others
                 errors[arm_name] = f"{type(error).__name__}: {error}"
                 log("arm %s failed: %s", arm_name, errors[arm_name])
-        validate(Suite.EVAL_RESULTS, stage.catalog.frame("SELECT * FROM evals WHERE stage = ?", [name]))
+        stage.validate(Suite.EVAL_RESULTS)
 
-        baseline = evals.get(section.baseline)
-        arms = []
-        for arm_name in section.arms:
-            result = evals.get(arm_name)
-            comparison = None
-            if result is not None and baseline is not None and arm_name != section.baseline:
-                comparison = paired_comparison(
-                    baseline.trial_results(), result.trial_results(), Metric.MEAN_REWARD, confidence=section.confidence
-                )
-            summary = result.summary if result else None
-            arms.append(
-                ArmResult(
-                    arm_name,
-                    finished=result is not None,
-                    comparison=comparison,
-                    mean=summary.mean_reward.mean if summary else None,
-                    se=summary.mean_reward.se if summary else None,
-                )
-            )
+        arms = _arm_results(evals, section)
         landed, reason = landed_arm(arms, section.baseline, section.prior)
-        table = [
-            {
-                "arm": a.name,
-                "mean_reward": a.mean,
-                "se": a.se,
-                "pass_at_1": evals[a.name].summary.pass_at_1.mean if a.name in evals else None,
-                "delta": a.comparison.mean_diff if a.comparison else 0.0,
-                "ci_low": a.comparison.ci_low if a.comparison else None,
-                "ci_high": a.comparison.ci_high if a.comparison else None,
-                "verdict": a.comparison.verdict.value if a.comparison else ("baseline" if a.finished else "failed"),
-                "landed": a.name == landed,
-                "error": errors.get(a.name),
-            }
-            for a in arms
-        ]
+        table = _table(arms, evals, errors, landed)
         atomic_write_json(stage.dir / "ablations.json", table)
         publish_table(stage.stage.folder, "table", table, f"held-out mean reward per arm vs {section.baseline}")
         stage.plot(
@@ -129,3 +71,61 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         stage.output("table", stage.dir / "ablations.json")
         metrics = {"landed": landed, "rule": reason, "arms": table}
         return stage.finish(ablations_gate(arms, landed, reason, metrics))
+
+
+def _run_arm(stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str) -> EvalResult:
+    """Train one arm from the base on ``tasks`` (those with reward variance), then evaluate it on the held-out set."""
+    section: AblationsStage = stage.section
+    arm = section.arms[arm_name]
+    loop = loop_config(
+        LoopKind.SYNC,
+        task_ids=[t.task_id for t in tasks],
+        settings=setup.nudged(arm.context_nudge),
+        trainer=stage.tuned_trainer(arm.algorithm),
+        prompts_per_step=section.prompts_per_step,
+        samples_per_prompt=section.samples_per_prompt,
+        steps=section.steps,
+        seed=stage.config.seed,
+        checkpoint_every=0,
+        max_num_seqs=setup.engine.max_num_seqs,
+    )
+    trained = stage.train(arm_name, setup.policy, tasks, loop)
+    # Evals run without the nudge: the arm is measured on what its training changed.
+    return stage.evaluate(setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes))
+
+
+def _arm_results(evals: dict[str, EvalResult], section: AblationsStage) -> list[ArmResult]:
+    """Each arm's held-out mean reward, and its paired comparison with the baseline (when both finished)."""
+    baseline = evals.get(section.baseline)
+    arms = []
+    for arm_name in section.arms:
+        result = evals.get(arm_name)
+        comparison = None
+        if result is not None and baseline is not None and arm_name != section.baseline:
+            comparison = paired_comparison(
+                baseline.trial_results(), result.trial_results(), Metric.MEAN_REWARD, confidence=section.confidence
+            )
+        summary = result.summary if result else None
+        mean, se = (summary.mean_reward.mean, summary.mean_reward.se) if summary else (None, None)
+        arms.append(ArmResult(arm_name, finished=result is not None, comparison=comparison, mean=mean, se=se))
+    return arms
+
+
+def _table(
+    arms: list[ArmResult], evals: dict[str, EvalResult], errors: dict[str, str], landed: str
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "arm": a.name,
+            "mean_reward": a.mean,
+            "se": a.se,
+            "pass_at_1": evals[a.name].summary.pass_at_1.mean if a.name in evals else None,
+            "delta": a.comparison.mean_diff if a.comparison else 0.0,
+            "ci_low": a.comparison.ci_low if a.comparison else None,
+            "ci_high": a.comparison.ci_high if a.comparison else None,
+            "verdict": a.comparison.verdict.value if a.comparison else ("baseline" if a.finished else "failed"),
+            "landed": a.name == landed,
+            "error": errors.get(a.name),
+        }
+        for a in arms
+    ]

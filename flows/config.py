@@ -29,7 +29,7 @@ from envs.check import OracleTransport
 from envs.errors import RecipeError
 from envs.harness.agent import HarnessConfig
 from envs.mcp.variants import BadVariant
-from envs.sandbox.base import ProviderName
+from envs.sandbox.registry import ProviderName
 from envs.types import Tier
 from envs.worlds.generate import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX
 from trainer.algorithms.config import AlgorithmConfig

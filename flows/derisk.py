@@ -19,108 +19,95 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 
 from envs.build import load_tasks
 from envs.files import atomic_write_json
 from flows.config import StageName
-from flows.stage import DEFAULT_RUNS_ROOT, open_stage
+from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import DeriskMeasured, derisk_gate
 from tasks import derisk as work
+from tasks.context import RolloutJob
 from tasks.environment import prepare_environment, prepare_policy
 from tasks.plots import bar_chart
-from tasks.validation import TRAJECTORY_CHECK_SQL, Suite, task_frame, validate
+from tasks.validation import Suite, task_frame, validate
 
 
 @flow(name="derisk", log_prints=True)
 def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 1 · de-risk: oracles, probes and base rollouts through the gateway; per-tool failure analysis."""
     with open_stage(run, StageName.DERISK, Path(runs_root)) as stage:
-        config, section, name = stage.config, stage.section, stage.stage.value
-        data = config.environment.data
+        config, section = stage.config, stage.section
+        data, source = config.environment.data, config.policy
         with stage.timed("environment"):
             prepare_environment(data, config.environment.seed, config.environment.worlds_per_domain)
             everything = load_tasks(data)
             validate(Suite.TASK_SET, task_frame(everything))
         with stage.timed("policy"):
             policy = prepare_policy(
-                config.policy.source.value,
-                data,
-                config.policy.bootstrap,
-                config.policy.cache,
-                config.policy.path,
-                config.policy.hub_id,
-            )
+                source.source.value, data, source.bootstrap, source.cache, source.path, source.hub_id
+            )  # fmt: skip
         settings = stage.policy_settings(policy)
         train, _ = stage.task_sets(settings)
         checked = [t for t in everything if section.oracle_worlds is None or t.world_id in section.oracle_worlds]
 
         with stage.timed("oracles"):
             oracle = work.check_environment_task(
-                stage.catalog,
-                name,
-                checked,
-                data / "worlds",
-                section.oracle_transport,
-                config.sandbox.variants,
-                stage.stage.folder,
-            )
+                stage.scope, checked, section.oracle_transport, config.sandbox.variants
+            )  # fmt: skip
         with stage.timed("base_rollouts"):
-            work.base_rollouts(
-                stage.catalog,
-                name,
-                Path(policy),
-                train,
-                data / "worlds",
-                settings,
-                stage.engine_settings(settings.harness.context_budget_tokens),
-                section.rollout_samples,
-                config.sandbox.pool_per_world,
-                config.sandbox.variants,
-                config.seed,
-                stage.stage.folder,
-            )
-            validate(Suite.TRAJECTORIES, stage.catalog.frame(TRAJECTORY_CHECK_SQL, [name]))
+            engine = stage.engine_settings(settings.harness.context_budget_tokens)
+            job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
+            work.base_rollouts(stage.scope, job, config.sandbox.pool_per_world, config.sandbox.variants)
+            stage.validate(Suite.TRAJECTORIES)
 
-        stats = work.tool_stats(stage.catalog, name)
-        errors = work.rollout_errors(stage.catalog, name)
-        variance = work.reward_variance(stage.catalog, name)
-        signatures = work.error_signatures(stage.catalog, name)
-        varied = [row for row in variance if row["spread"] > 0]
-        atomic_write_json(stage.dir / "tool_stats.json", [asdict(s) for s in stats])
-        atomic_write_json(stage.dir / "reward_variance.json", variance)
-        atomic_write_json(stage.dir / "error_signatures.json", signatures)
-        stage.plot(
-            "tool failure rates",
-            bar_chart(
-                stage.dir / "tool_failure_rates.png",
-                {s.tool: s.failure_rate or 0.0 for s in stats},
-                {s.tool: s.model_failure_rate or 0.0 for s in stats},
-                ("known-good calls (oracle, probes)", "base model's calls"),
-                "failure rate per tool",
-            ),
-        )
         stage.output("policy", policy)
         stage.output("data", str(data))
-        stage.output("variance_tasks", [row["task_id"] for row in varied])
-        stage.output("tool_stats", stage.dir / "tool_stats.json")
-        stage.output("reward_variance", stage.dir / "reward_variance.json")
-        measured = DeriskMeasured(
-            oracle_solved=oracle["solved"],
-            oracle_tasks=oracle["tasks"],
-            rollouts=errors["rollouts"],
-            infra_rate=errors["infra_rate"] or 0.0,
-            tool_stats=stats,
-            tasks_with_variance=len(varied),
-            metrics={
-                "oracle_solved": oracle["solved"],
-                "oracle_tasks": oracle["tasks"],
-                "probe_calls": oracle["probes"],
-                "train_tasks": len(train),
-                **{f"base_{key}": value for key, value in errors.items()},
-                "tasks_with_variance": len(varied),
-                "top_error_signatures": signatures[:5],
-            },
-        )
+        measured = _analyse(stage, oracle, len(train))
         return stage.finish(derisk_gate(measured, section.thresholds, config.stages.overfit.subset_size))
+
+
+def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> DeriskMeasured:
+    """The catalog's per-tool rates, base rollout errors, reward variance and error signatures: written to the stage
+    folder, plotted, recorded as outputs, and returned for the gate."""
+    name = stage.stage.value
+    stats = work.tool_stats(stage.catalog, name)
+    errors = work.rollout_errors(stage.catalog, name)
+    variance = work.reward_variance(stage.catalog, name)
+    signatures = work.error_signatures(stage.catalog, name)
+    varied = [row for row in variance if row["spread"] > 0]
+    atomic_write_json(stage.dir / "tool_stats.json", [asdict(s) for s in stats])
+    atomic_write_json(stage.dir / "reward_variance.json", variance)
+    atomic_write_json(stage.dir / "error_signatures.json", signatures)
+    stage.plot(
+        "tool failure rates",
+        bar_chart(
+            stage.dir / "tool_failure_rates.png",
+            {s.tool: s.failure_rate or 0.0 for s in stats},
+            {s.tool: s.model_failure_rate or 0.0 for s in stats},
+            ("known-good calls (oracle, probes)", "base model's calls"),
+            "failure rate per tool",
+        ),
+    )
+    stage.output("variance_tasks", [row["task_id"] for row in varied])
+    stage.output("tool_stats", stage.dir / "tool_stats.json")
+    stage.output("reward_variance", stage.dir / "reward_variance.json")
+    return DeriskMeasured(
+        oracle_solved=oracle["solved"],
+        oracle_tasks=oracle["tasks"],
+        rollouts=errors["rollouts"],
+        infra_rate=errors["infra_rate"] or 0.0,
+        tool_stats=stats,
+        tasks_with_variance=len(varied),
+        metrics={
+            "oracle_solved": oracle["solved"],
+            "oracle_tasks": oracle["tasks"],
+            "probe_calls": oracle["probes"],
+            "train_tasks": train_tasks,
+            **{f"base_{key}": value for key, value in errors.items()},
+            "tasks_with_variance": len(varied),
+            "top_error_signatures": signatures[:5],
+        },
+    )

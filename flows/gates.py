@@ -4,7 +4,7 @@ A stage ends by building a ``GateReport`` from plain numbers (``stage_gates`` ha
 report lists each criterion — name, measured value, comparison, threshold, passed, detail — plus findings a person
 can act on ("slides_add_slide returns nothing on 100 % of successful calls: return a confirmation"). A report that
 did not pass ends the stage flow as ``Failed(name="GateFailed")`` carrying a picklable ``GateFailed``; a code error
-stays a plain ``Failed`` and infrastructure trouble is ``Crashed`` (DESIGN "Data contracts").
+stays a plain ``Failed`` and infrastructure trouble is ``Crashed``.
 
     report = GateReport.build(StageName.OVERFIT, [check("reward gain", 0.12, Op.GE, 0.1)], metrics={...})
     report.passed, report.markdown()

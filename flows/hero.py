@@ -18,7 +18,6 @@ from pathlib import Path
 from prefect import flow
 
 from evals.compare import paired_comparison
-from evals.runner import HarnessKind
 from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
@@ -26,46 +25,38 @@ from flows.stage_gates import hero_gate
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves, estimate_bars
 from tasks.training import LoopKind, loop_config
-from tasks.validation import Suite, validate
+from tasks.validation import Suite
 
 
 @flow(name="hero", log_prints=True)
 def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 6 · hero: the landed config, fully async with checkpoints; held-out Pass@1 must beat the base."""
     with open_stage(run, StageName.HERO, Path(runs_root)) as stage:
-        config, section, name = stage.config, stage.section, stage.stage.value
-        policy, settings = Path(stage.policy()), stage.policy_settings()
-        train_tasks, heldout = stage.task_sets(settings)
+        config, section, setup = stage.config, stage.section, stage.training_setup()
         landed = stage.upstream(StageName.ABLATIONS).outputs["landed"]
-        engine = stage.tuned_engine(settings.harness.context_budget_tokens)
-        knobs = stage.knobs()
         loop = loop_config(
             LoopKind.ASYNC,
-            task_ids=[t.task_id for t in train_tasks],
-            settings=settings.model_copy(
-                update={"harness": settings.harness.model_copy(update={"context_nudge": landed["context_nudge"]})}
-            ),
+            task_ids=[t.task_id for t in setup.train],
+            settings=setup.nudged(landed["context_nudge"]),
             trainer=stage.tuned_trainer(landed["algorithm"]),
             prompts_per_step=section.prompts_per_step or config.rollout.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt or config.rollout.samples_per_prompt,
             steps=section.steps,
             seed=config.seed,
             checkpoint_every=section.checkpoint_every,
-            max_num_seqs=engine.max_num_seqs,
-            workers=int(knobs["workers"]),
+            max_num_seqs=setup.engine.max_num_seqs,
+            workers=int(stage.knobs()["workers"]),
             max_staleness=config.rollout.max_staleness,
             runtime=config.backends.runtime,
         )
         with stage.timed("train"):
-            trained = stage.train(f"hero-{landed['arm']}", policy, train_tasks, loop)
+            trained = stage.train(f"hero-{landed['arm']}", setup.policy, setup.train, loop)
         results = {}
-        for label, policy_dir in (("base", policy), ("trained", trained.policy)):
+        for label, policy_dir in (("base", setup.policy), ("trained", trained.policy)):
             with stage.timed(f"eval_{label}"):
-                results[label] = stage.evaluate(
-                    "heldout", label, policy_dir, heldout, HarnessKind.MCP, section.eval_passes, settings, engine
-                )
-        validate(Suite.TRAIN_STEPS, stage.catalog.frame("SELECT * FROM train_steps WHERE stage = ?", [name]))
-        validate(Suite.EVAL_RESULTS, stage.catalog.frame("SELECT * FROM evals WHERE stage = ?", [name]))
+                job = setup.eval_job("heldout", label, policy_dir, setup.heldout, section.eval_passes)
+                results[label] = stage.evaluate(job)
+        stage.validate(Suite.TRAIN_STEPS, Suite.EVAL_RESULTS)
         comparison = paired_comparison(
             results["base"].trial_results(),
             results["trained"].trial_results(),

@@ -21,56 +21,50 @@ from pathlib import Path
 from prefect import flow
 
 from evals.compare import one_sided_paired_test
-from evals.runner import EvalResult, HarnessKind
+from evals.records import EvalResult
 from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
-from flows.stage_gates import overfit_gate
+from flows.stage_gates import OverfitMeasured, overfit_gate
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves
 from tasks.training import LoopKind, loop_config
-from tasks.validation import Suite, validate
+from tasks.validation import Suite
 
 
 @flow(name="overfit", log_prints=True)
 def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 4 · overfit: the synchronous loop on the tasks with reward variance; the reward must rise, p < 0.01."""
     with open_stage(run, StageName.OVERFIT, Path(runs_root)) as stage:
-        config, section, name = stage.config, stage.section, stage.stage.value
-        policy, settings = Path(stage.policy()), stage.policy_settings()
-        train_tasks, _ = stage.task_sets(settings)
-        by_id = {t.task_id: t for t in train_tasks}
+        config, section, setup = stage.config, stage.section, stage.training_setup()
+        by_id = {t.task_id: t for t in setup.train}
         variance = json.loads(stage.upstream_path(StageName.DERISK, "reward_variance").read_text())
         # Of the tasks whose base rollouts disagreed, those the base solves least often: the most room to overfit.
         varied = sorted((row for row in variance if row["spread"] > 0), key=lambda r: (r["mean_reward"], r["task_id"]))
         subset = [by_id[row["task_id"]] for row in varied if row["task_id"] in by_id][: section.subset_size]
-        engine = stage.tuned_engine(settings.harness.context_budget_tokens)
 
         def subset_eval(label: str, policy_dir: Path) -> EvalResult:
-            return stage.evaluate(
-                "subset", label, policy_dir, subset, HarnessKind.MCP, section.eval_samples, settings, engine
-            )
+            return stage.evaluate(setup.eval_job("subset", label, policy_dir, subset, section.eval_samples))
 
         with stage.timed("before"):
-            before = subset_eval("base", policy)
+            before = subset_eval("base", setup.policy)
         loop = loop_config(
             LoopKind.SYNC,
             task_ids=[t.task_id for t in subset],
-            settings=settings,
+            settings=setup.settings,
             trainer=stage.tuned_trainer(),
             prompts_per_step=section.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt,
             steps=section.steps,
             seed=config.seed,
             checkpoint_every=config.rollout.checkpoint_every,
-            max_num_seqs=engine.max_num_seqs,
+            max_num_seqs=setup.engine.max_num_seqs,
         )
         with stage.timed("train"):
-            trained = stage.train("overfit", policy, subset, loop)
+            trained = stage.train("overfit", setup.policy, subset, loop)
         with stage.timed("after"):
             after = subset_eval("trained", trained.policy)
-        validate(Suite.TRAIN_STEPS, stage.catalog.frame("SELECT * FROM train_steps WHERE stage = ?", [name]))
-        validate(Suite.EVAL_RESULTS, stage.catalog.frame("SELECT * FROM evals WHERE stage = ?", [name]))
+        stage.validate(Suite.TRAIN_STEPS, Suite.EVAL_RESULTS)
 
         gain, p_value = one_sided_paired_test(before.trial_results(), after.trial_results(), Metric.MEAN_REWARD)
         steps = trained.history.steps
@@ -96,13 +90,6 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             **summary_metrics("before", before),
             **summary_metrics("after", after),
         }
-        report = overfit_gate(
-            before.summary.mean_reward.mean,
-            after.summary.mean_reward.mean,
-            gain,
-            p_value,
-            len(steps),
-            section.thresholds,
-            metrics,
-        )
-        return stage.finish(report)
+        before_mean, after_mean = before.summary.mean_reward.mean, after.summary.mean_reward.mean
+        measured = OverfitMeasured(before_mean, after_mean, gain, p_value, len(steps), metrics)
+        return stage.finish(overfit_gate(measured, section.thresholds))

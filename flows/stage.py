@@ -30,19 +30,22 @@ from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
-from evals.runner import EvalResult, HarnessKind
+from evals.records import EvalResult
+from evals.spec import HarnessKind
 from flows.config import RecipeConfig, StageName, section_digest, validate_config
 from flows.gates import GateFailed, GateReport
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
 from tasks.catalog import Catalog
+from tasks.context import StageScope
 from tasks.engine import EngineSettings
 from tasks.environment import policy_harness, task_sets
-from tasks.evaluation import evaluate
+from tasks.evaluation import EvalJob, evaluate
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
-from tasks.training import TrainResult, train
+from tasks.training import TrainJob, TrainResult, train
+from tasks.validation import Suite, validate_stage
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.local import Layout, TrainerConfig
-from trainer.loops.common import LoopConfig
+from trainer.loops.config import LoopConfig
 
 SHARED_SECTIONS = (
     "seed",
@@ -62,6 +65,26 @@ TRAINING_SECTIONS = ("trainer", "rollout")
 re-run them)."""
 TRAINING_STAGES = frozenset(set(StageName) - {StageName.DERISK, StageName.TITO})
 DEFAULT_RUNS_ROOT = Path("runs")
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What the training stages start from: the base policy, its harness, the run's task sets, the tuned engine."""
+
+    policy: Path
+    settings: PolicyHarness
+    train: list[TaskSpec]
+    heldout: list[TaskSpec]
+    engine: EngineSettings
+
+    def eval_job(self, suite: str, label: str, policy: Path, tasks: Sequence[TaskSpec], passes: int) -> EvalJob:
+        """An MCP-harness eval of ``policy`` on ``tasks`` with the run's harness and the tuned engine."""
+        return EvalJob(suite, label, policy, tasks, HarnessKind.MCP, passes, self.settings, self.engine)
+
+    def nudged(self, context_nudge: bool) -> PolicyHarness:
+        """The run's harness with the context nudge on or off (an ablation arm, the landed config)."""
+        harness = self.settings.harness.model_copy(update={"context_nudge": context_nudge})
+        return self.settings.model_copy(update={"harness": harness})
 
 
 class StageOrderError(RecipeError, RuntimeError):
@@ -196,29 +219,37 @@ class StageRun:
     def worlds(self) -> Path:
         return self.config.environment.data / "worlds"
 
+    @property
+    def scope(self) -> StageScope:
+        """Where this stage's tasks record: its catalog rows, its artifact keys, the run's worlds."""
+        return StageScope(self.catalog, self.stage.value, self.stage.folder, self.worlds)
+
+    def training_setup(self) -> TrainingSetup:
+        """The base policy, its harness, the run's task sets and the tuned engine: what a training stage starts from."""
+        policy, settings = Path(self.policy()), self.policy_settings()
+        train_tasks, heldout = self.task_sets(settings)
+        engine = self.tuned_engine(settings.harness.context_budget_tokens)
+        return TrainingSetup(policy, settings, train_tasks, heldout, engine)
+
+    def variance_tasks(self, tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
+        """Those of ``tasks`` whose base rollouts disagreed in the de-risk stage (all of them when none did)."""
+        varied = set(self.upstream(StageName.DERISK).outputs["variance_tasks"])
+        return [t for t in tasks if t.task_id in varied] or list(tasks)
+
+    def validate(self, *suites: Suite) -> None:
+        """Validate this stage's catalog rows of each suite (``tasks.validation.validate_stage``)."""
+        for suite in suites:
+            validate_stage(self.catalog, suite, self.stage.value)
+
     def train(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainResult:
         """The ``train`` task for this stage: its catalog, its work folder ``train-<label>``, its progress key."""
         out = self.work_dir(f"train-{label}", [str(policy), loop.model_dump(mode="json")])
-        return train(self.catalog, self.stage.value, label, policy, tasks, self.worlds, loop, out, self.stage.folder)
+        return train(self.scope, TrainJob(label, policy, tasks, loop, out))
 
-    def evaluate(
-        self,
-        suite: str,
-        label: str,
-        policy: Path,
-        tasks: Sequence[TaskSpec] | None,
-        harness: HarnessKind,
-        passes: int,
-        settings: PolicyHarness,
-        engine: EngineSettings,
-    ) -> EvalResult:
+    def evaluate(self, job: EvalJob) -> EvalResult:
         """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds)."""
-        inputs = [str(policy), [t.task_id for t in tasks or []], str(harness), passes, settings.model_dump(mode="json")]
-        out = self.work_dir(f"eval-{suite}-{label}", inputs)
-        return evaluate(
-            self.catalog, self.stage.value, suite, label, policy, tasks, self.worlds, harness, passes, settings,
-            engine, out, self.config.seed + 1,
-        )  # fmt: skip
+        out = self.work_dir(f"eval-{job.suite}-{job.label}", job.inputs())
+        return evaluate(self.scope, job, out, self.config.seed + 1)
 
     def plot(self, name: str, path: Path) -> None:
         self.plots[name] = path

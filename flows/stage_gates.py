@@ -99,34 +99,47 @@ def tito_gate(
 # --- 3 · systems -----------------------------------------------------------------------------------------------------
 
 
-def systems_gate(
-    logprob_mismatch: float | None,
-    idle_share: float | None,
-    plan_bytes: int,
-    t: SystemsThresholds,
-    chosen: str,
-    metrics: dict[str, Any],
-) -> GateReport:
+@dataclass(frozen=True)
+class SystemsMeasured:
+    logprob_mismatch: float | None
+    idle_share: float | None
+    """The chosen knobs' trainer idle share."""
+    plan_bytes: int
+    chosen: str
+    """The chosen knobs' label."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def systems_gate(m: SystemsMeasured, t: SystemsThresholds) -> GateReport:
     criteria = [
-        check("train-inference mean |Δ logprob|", logprob_mismatch, Op.LT, t.max_logprob_mismatch),
-        check("trainer idle share (chosen knobs)", idle_share, Op.LE, t.max_trainer_idle_share, chosen),
-        check("plan memory (GiB)", plan_bytes / 2**30, Op.LE, t.memory_budget_gib, "weights + optimizer + KV cache"),
+        check("train-inference mean |Δ logprob|", m.logprob_mismatch, Op.LT, t.max_logprob_mismatch),
+        check("trainer idle share (chosen knobs)", m.idle_share, Op.LE, t.max_trainer_idle_share, m.chosen),
+        check("plan memory (GiB)", m.plan_bytes / 2**30, Op.LE, t.memory_budget_gib, "weights + optimizer + KV cache"),
     ]
-    return GateReport.build(StageName.SYSTEMS, criteria, metrics=metrics)
+    return GateReport.build(StageName.SYSTEMS, criteria, metrics=m.metrics)
 
 
 # --- 4 · overfit -----------------------------------------------------------------------------------------------------
 
 
-def overfit_gate(
-    before: float, after: float, gain: float, p_value: float, steps: int, t: OverfitThresholds, metrics: dict[str, Any]
-) -> GateReport:
-    detail = f"{before:.3f} → {after:.3f} in {steps} steps"
+@dataclass(frozen=True)
+class OverfitMeasured:
+    before: float
+    """The subset's mean reward before training."""
+    after: float
+    gain: float
+    p_value: float
+    steps: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def overfit_gate(m: OverfitMeasured, t: OverfitThresholds) -> GateReport:
+    detail = f"{m.before:.3f} → {m.after:.3f} in {m.steps} steps"
     criteria = [
-        check("subset reward gain", gain, Op.GE, t.min_reward_gain, detail),
-        check("one-sided p (paired over tasks)", p_value, Op.LE, t.max_p_value),
+        check("subset reward gain", m.gain, Op.GE, t.min_reward_gain, detail),
+        check("one-sided p (paired over tasks)", m.p_value, Op.LE, t.max_p_value),
     ]
-    return GateReport.build(StageName.OVERFIT, criteria, metrics=metrics)
+    return GateReport.build(StageName.OVERFIT, criteria, metrics=m.metrics)
 
 
 # --- 5 · ablations ---------------------------------------------------------------------------------------------------

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
 
 from envs.files import atomic_write_json
-from flows.config import StageName
-from flows.stage import DEFAULT_RUNS_ROOT, open_stage
-from flows.stage_gates import systems_gate
+from envs.harness.policy import PolicyHarness
+from envs.types import TaskSpec
+from flows.config import StageName, SystemsStage
+from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
+from flows.stage_gates import SystemsMeasured, systems_gate
 from tasks.artifacts import publish_table
 from tasks.plots import bar_chart
-from tasks.systems import Knobs, one_factor_trials, plan, sweep_trial
-from tasks.validation import Suite, validate
+from tasks.systems import Knobs, TrialMetrics, one_factor_trials, plan, sweep_trial
+from tasks.training import LoopKind, TrainJob, loop_config
+from tasks.validation import Suite
+from trainer.loops import AsyncLoopConfig
+from trainer.sizing import LocalPlan
 
 
 @flow(name="systems", log_prints=True)
@@ -36,51 +42,22 @@ def systems(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         config, section = stage.config, stage.section
         policy, settings = Path(stage.policy()), stage.policy_settings()
         train_tasks, _ = stage.task_sets(settings)
-        varied = set(stage.upstream(StageName.DERISK).outputs["variance_tasks"])
-        tasks = [t for t in train_tasks if t.task_id in varied] or train_tasks
+        tasks = stage.variance_tasks(train_tasks)
         baseline = Knobs(
             config.trainer.token_budget, config.engine.max_num_seqs, config.rollout.workers, config.trainer.layout
         )
-        trials = one_factor_trials(baseline, **section.sweep.model_dump())
+        loop = _trial_loop(stage, settings, tasks)
         results = []
         with stage.timed("sweep"):
-            for index, knobs in enumerate(trials):
-                results.append(
-                    sweep_trial(
-                        stage.catalog,
-                        stage.stage.value,
-                        knobs,
-                        policy,
-                        tasks,
-                        config.environment.data / "worlds",
-                        settings,
-                        config.trainer,
-                        section.prompts_per_step,
-                        section.samples_per_prompt,
-                        section.steps_per_trial,
-                        config.rollout.max_staleness,
-                        config.seed,
-                        stage.work_dir(
-                            f"trial-{index}",
-                            [knobs.label(), config.trainer.model_dump(mode="json"), section.model_dump(mode="json")],
-                        ),
-                        stage.stage.folder,
-                    )
+            for index, knobs in enumerate(one_factor_trials(baseline, **section.sweep.model_dump())):
+                inputs = [knobs.label(), config.trainer.model_dump(mode="json"), section.model_dump(mode="json")]
+                job = TrainJob(
+                    knobs.label(), policy, tasks, knobs.apply(loop), stage.work_dir(f"trial-{index}", inputs)
                 )
-        validate(Suite.TRAIN_STEPS, stage.catalog.frame("SELECT * FROM train_steps WHERE stage = ?", ["systems"]))
+                results.append(sweep_trial(stage.scope, knobs, job))
+        stage.validate(Suite.TRAIN_STEPS)
         chosen = max(results, key=lambda r: r.tokens_per_s)
-        [trajectory] = stage.catalog.query(
-            "SELECT avg(n_tokens) AS mean FROM trajectories WHERE stage = 'derisk' AND source = 'base-rollouts'"
-        )
-        sizing = plan(
-            policy,
-            chosen.knobs,
-            settings.harness.context_budget_tokens,
-            int(trajectory["mean"] or settings.harness.context_budget_tokens),
-            config.rollout.max_staleness,
-            config.rollout.prompts_per_step,
-            config.rollout.samples_per_prompt,
-        )
+        sizing = _sizing(stage, policy, settings, chosen.knobs)
         rows = [r.row() | {"chosen": r is chosen} for r in results]
         atomic_write_json(stage.dir / "sweep.json", rows)
         atomic_write_json(stage.dir / "plan.json", asdict(sizing) | {"total_bytes": sizing.total_bytes})
@@ -97,20 +74,58 @@ def systems(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         )
         stage.output("knobs", asdict(chosen.knobs) | {"layout": chosen.knobs.layout.value})
         stage.output("plan", stage.dir / "plan.json")
-        mismatch = results[0].logprob_mismatch
-        metrics = {
-            "trials": len(results),
-            "chosen": chosen.knobs.label(),
-            "chosen_tokens_per_s": chosen.tokens_per_s,
-            "chosen_step_s": chosen.step_s,
-            "baseline_tokens_per_s": results[0].tokens_per_s,
-            "speedup_vs_baseline": chosen.tokens_per_s / results[0].tokens_per_s if results[0].tokens_per_s else None,
-            "logprob_mismatch": mismatch,
-            "plan_total_gib": sizing.total_bytes / 2**30,
-            "plan_concurrency": sizing.concurrency,
-            "kv_bytes_per_token": sizing.kv_bytes_per_token,
-        }
-        gate = systems_gate(
-            mismatch, chosen.idle_share, sizing.total_bytes, section.thresholds, chosen.knobs.label(), metrics
-        )
-        return stage.finish(gate)
+        metrics = _metrics(results, chosen, sizing)
+        mismatch, label = results[0].logprob_mismatch, chosen.knobs.label()
+        measured = SystemsMeasured(mismatch, chosen.idle_share, sizing.total_bytes, label, metrics)
+        return stage.finish(systems_gate(measured, section.thresholds))
+
+
+def _trial_loop(stage: StageRun, settings: PolicyHarness, tasks: list[TaskSpec]) -> AsyncLoopConfig:
+    """The fully-async loop every trial runs, before its knobs are applied (``Knobs.apply``)."""
+    config, section = stage.config, stage.section
+    assert isinstance(section, SystemsStage)
+    loop = loop_config(
+        LoopKind.ASYNC,
+        task_ids=[t.task_id for t in tasks],
+        settings=settings,
+        trainer=config.trainer,
+        prompts_per_step=section.prompts_per_step,
+        samples_per_prompt=section.samples_per_prompt,
+        steps=section.steps_per_trial,
+        seed=config.seed,
+        checkpoint_every=0,
+        max_num_seqs=config.engine.max_num_seqs,
+        workers=config.rollout.workers,
+        max_staleness=config.rollout.max_staleness,
+    )
+    assert isinstance(loop, AsyncLoopConfig)
+    return loop
+
+
+def _sizing(stage: StageRun, policy: Path, settings: PolicyHarness, knobs: Knobs) -> LocalPlan:
+    """The sizing plan of ``knobs``, for trajectories as long as the de-risk stage's base rollouts were on average."""
+    config, budget = stage.config, settings.harness.context_budget_tokens
+    [trajectory] = stage.catalog.query(
+        "SELECT avg(n_tokens) AS mean FROM trajectories WHERE stage = 'derisk' AND source = 'base-rollouts'"
+    )
+    rollout = config.rollout
+    tokens = int(trajectory["mean"] or budget)
+    return plan(
+        policy, knobs, budget, tokens, rollout.max_staleness, rollout.prompts_per_step, rollout.samples_per_prompt
+    )
+
+
+def _metrics(results: list[TrialMetrics], chosen: TrialMetrics, sizing: LocalPlan) -> dict[str, Any]:
+    baseline = results[0]
+    return {
+        "trials": len(results),
+        "chosen": chosen.knobs.label(),
+        "chosen_tokens_per_s": chosen.tokens_per_s,
+        "chosen_step_s": chosen.step_s,
+        "baseline_tokens_per_s": baseline.tokens_per_s,
+        "speedup_vs_baseline": chosen.tokens_per_s / baseline.tokens_per_s if baseline.tokens_per_s else None,
+        "logprob_mismatch": baseline.logprob_mismatch,
+        "plan_total_gib": sizing.total_bytes / 2**30,
+        "plan_concurrency": sizing.concurrency,
+        "kv_bytes_per_token": sizing.kv_bytes_per_token,
+    }

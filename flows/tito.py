@@ -24,8 +24,9 @@ from envs.oracle import require_oracle
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import tito_gate
+from tasks.context import RolloutJob
 from tasks.tito import tito_rollouts
-from tasks.validation import TRAJECTORY_CHECK_SQL, Suite, validate
+from tasks.validation import Suite
 
 
 @flow(name="tito", log_prints=True)
@@ -40,18 +41,10 @@ def tito(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         train, _ = stage.task_sets(settings)
         chosen = sorted(train, key=lambda t: (-len(require_oracle(t).steps), t.task_id))[: section.tasks]
         with stage.timed("rollouts"):
-            report = tito_rollouts(
-                stage.catalog,
-                stage.stage.value,
-                Path(stage.policy()),
-                chosen,
-                config.environment.data / "worlds",
-                settings,
-                stage.engine_settings(settings.harness.context_budget_tokens),
-                section.samples,
-                config.seed,
-            )
-        validate(Suite.TRAJECTORIES, stage.catalog.frame(TRAJECTORY_CHECK_SQL, [stage.stage.value]))
+            engine = stage.engine_settings(settings.harness.context_budget_tokens)
+            job = RolloutJob(Path(stage.policy()), chosen, settings, engine, section.samples, config.seed)
+            report = tito_rollouts(stage.scope, job)
+        stage.validate(Suite.TRAJECTORIES)
         gate = tito_gate(
             report.total_misalignments,
             report.multi_call_rollouts,

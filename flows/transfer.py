@@ -19,22 +19,22 @@ from pathlib import Path
 from prefect import flow
 
 from evals.compare import paired_comparison
-from evals.runner import HarnessKind
+from evals.spec import HarnessKind
 from evals.types import Comparison, Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import transfer_gate
 from tasks.artifacts import publish_table
-from tasks.evaluation import mcq
+from tasks.evaluation import EvalJob, mcq
 from tasks.plots import estimate_bars
-from tasks.validation import Suite, validate
+from tasks.validation import Suite
 
 
 @flow(name="transfer", log_prints=True)
 def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 7 · transfer: base vs trained on code-only tools, terminal tasks and the MCQ suite; no regression."""
     with open_stage(run, StageName.TRANSFER, Path(runs_root)) as stage:
-        config, section, name = stage.config, stage.section, stage.stage.value
+        config, section = stage.config, stage.section
         policies = {"base": Path(stage.policy()), "trained": stage.upstream_path(StageName.HERO, "policy")}
         settings = stage.policy_settings()
         _, heldout = stage.task_sets(settings)
@@ -49,19 +49,18 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                 continue
             with stage.timed(suite):
                 trials[suite] = {
-                    label: stage.evaluate(suite, label, policy, tasks, harness, section.passes, settings, engine)
-                    .trial_results()
-                    for label, policy in policies.items()
-                }  # fmt: skip
-        if section.mcq:
-            with stage.timed("mcq"):
-                trials["mcq"] = {
-                    label: mcq(
-                        stage.catalog, name, label, policy, engine, section.passes, config.seed + 1
+                    label: stage.evaluate(
+                        EvalJob(suite, label, policy, tasks, harness, section.passes, settings, engine)
                     ).trial_results()
                     for label, policy in policies.items()
                 }
-        validate(Suite.EVAL_RESULTS, stage.catalog.frame("SELECT * FROM evals WHERE stage = ?", [name]))
+        if section.mcq:
+            with stage.timed("mcq"):
+                trials["mcq"] = {
+                    label: mcq(stage.scope, label, policy, engine, section.passes, config.seed + 1).trial_results()
+                    for label, policy in policies.items()
+                }
+        stage.validate(Suite.EVAL_RESULTS)
         comparisons: dict[str, Comparison] = {
             suite: paired_comparison(by["base"], by["trained"], Metric.MEAN_REWARD, confidence=section.confidence)
             for suite, by in trials.items()

@@ -1,6 +1,6 @@
 """Prefect artifacts of a stage: the gate report, metric tables, links to plots, and progress of long loops.
 
-Keys follow DESIGN "Prefect": ``stage-<n>-<stage>-<what>`` (lowercase, digits, dashes), so the latest gate report
+Keys: ``stage-<n>-<stage>-<what>`` (lowercase, digits, dashes), so the latest gate report
 of every stage has a stable address in the UI. Outside a flow or task run (a unit test calling ``.fn()``, a library
 user) nothing is published and nothing fails: the run folder stays the record of truth.
 

@@ -13,7 +13,7 @@ then reads it back with DuckDB group-bys, so the numbers in the gate report are 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,16 @@ from prefect.cache_policies import NO_CACHE
 from envs.check import OracleTransport, check_environment
 from envs.diagnostics import ADVICE_BY_SIGNATURE, ToolStats
 from envs.harness.agent import run_group
-from envs.harness.policy import PolicyHarness
 from envs.mcp.variants import BadVariant
 from envs.rollout import pooled_envs
+from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
-from envs.types import TaskSpec
+from envs.types import TaskSpec, Trajectory
 from tasks.artifacts import ProgressArtifact, log
 from tasks.catalog import Catalog, tool_call_row
-from tasks.engine import EngineSettings, rollout_engine
-from trainer.loops.common import group_seed
+from tasks.context import RolloutJob, StageScope
+from tasks.engine import rollout_engine
 
 ORACLE, PROBE, BASE = "oracle", "probe", "base-rollouts"
 KNOWN_GOOD = (ORACLE, PROBE)
@@ -41,25 +41,20 @@ KNOWN_GOOD = (ORACLE, PROBE)
 
 @task(name="oracle-check", cache_policy=NO_CACHE)
 def check_environment_task(
-    catalog: Catalog,
-    stage: str,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    transport: OracleTransport,
-    variants: Sequence[BadVariant],
-    stage_folder: str,
+    scope: StageScope, tasks: Sequence[TaskSpec], transport: OracleTransport, variants: Sequence[BadVariant]
 ) -> dict[str, Any]:
     """Run every oracle and probe; record them; return solved / total."""
     by_id = {t.task_id: t for t in tasks}
-    with ProgressArtifact(stage_folder, "oracle-progress", total=len(tasks)) as progress:
+    with ProgressArtifact(scope.folder, "oracle-progress", total=len(tasks)) as progress:
         checked = check_environment(
             tasks,
-            worlds_root,
+            scope.worlds,
             on_result=lambda r: progress.advance(r.task_id, by=1),
             transport=transport,
             variants=frozenset(variants),
         )
-    catalog.append(
+    stage = scope.stage
+    scope.catalog.append(
         "oracle",
         [
             {"stage": stage, "task_id": r.task_id, "world_id": by_id[r.task_id].world_id, "domain": r.domain}
@@ -74,89 +69,52 @@ def check_environment_task(
         for call in r.tool_calls
     ]
     calls += [tool_call_row(stage, PROBE, None, p.world_id, p.record) for p in checked.probes]
-    catalog.append("tool_calls", calls)
+    scope.catalog.append("tool_calls", calls)
     solved = sum(r.passed for r in checked.oracles)
     log("oracle solved %d/%d; %d probe calls", solved, len(checked.oracles), len(checked.probes))
     return {"solved": solved, "tasks": len(checked.oracles), "probes": len(checked.probes)}
 
 
 async def _rollouts(
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
+    job: RolloutJob,
     worlds_root: Path,
-    settings: PolicyHarness,
-    engine: EngineSettings,
-    samples: int,
     pool_per_world: int,
     variants: frozenset[BadVariant],
-    seed: int,
-    on_group: Any,
+    on_group: Callable[[list[Trajectory]], None],
 ) -> None:
-    worlds = {t.world_id: worlds_root / t.world_id for t in tasks}
-    provider = LocalProvider(worlds, apps=settings.apps, variants=variants)
+    worlds = {t.world_id: worlds_root / t.world_id for t in job.tasks}
+    provider = LocalProvider(worlds, SandboxOptions(apps=job.settings.apps, variants=variants))
     async with (
         SandboxPool(provider, size_per_world=pool_per_world) as pool,
-        rollout_engine(policy_dir, engine) as client,
+        rollout_engine(job.policy_dir, job.engine) as client,
     ):
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+        tokenizer = AutoTokenizer.from_pretrained(job.policy_dir)
 
         async def one(index: int, task: TaskSpec) -> None:
-            harness = settings.harness.model_copy(update={"seed": group_seed(seed, index)})
+            envs = pooled_envs(pool, task, worlds_root)
             group = await run_group(
-                task,
-                pooled_envs(pool, task, worlds_root),
-                client,
-                tokenizer,
-                harness,
-                group_id=f"base-{task.task_id}",
-                n=samples,
+                task, envs, client, tokenizer, job.harness(index), group_id=f"base-{task.task_id}", n=job.samples
             )
             on_group(group)
 
-        await asyncio.gather(*(one(i, task) for i, task in enumerate(tasks)))
+        await asyncio.gather(*(one(i, task) for i, task in enumerate(job.tasks)))
 
 
 @task(name="base-rollouts", cache_policy=NO_CACHE)
-def base_rollouts(
-    catalog: Catalog,
-    stage: str,
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    settings: PolicyHarness,
-    engine: EngineSettings,
-    samples: int,
-    pool_per_world: int,
-    variants: Sequence[BadVariant],
-    seed: int,
-    stage_folder: str,
-) -> int:
+def base_rollouts(scope: StageScope, job: RolloutJob, pool_per_world: int, variants: Sequence[BadVariant]) -> int:
     """``samples`` rollouts of every task by the base policy through pooled gateway sandboxes; all into the catalog."""
-    by_id = {t.task_id: t for t in tasks}
+    by_id = job.by_id()
     written = 0
-    with ProgressArtifact(stage_folder, "rollout-progress", total=len(tasks)) as progress:
+    with ProgressArtifact(scope.folder, "rollout-progress", total=len(job.tasks)) as progress:
 
-        def on_group(group: list) -> None:
+        def on_group(group: list[Trajectory]) -> None:
             nonlocal written
-            written += len(catalog.add_trajectories(stage, BASE, "base", group, by_id))
+            written += len(scope.catalog.add_trajectories(scope.stage, BASE, "base", group, by_id))
             progress.advance(group[0].task_id if group else "")
 
-        asyncio.run(
-            _rollouts(
-                policy_dir,
-                tasks,
-                worlds_root,
-                settings,
-                engine,
-                samples,
-                pool_per_world,
-                frozenset(variants),
-                seed,
-                on_group,
-            )
-        )
+        asyncio.run(_rollouts(job, scope.worlds, pool_per_world, frozenset(variants), on_group))
     return written
 
 

@@ -62,7 +62,7 @@ async def rollout_engine(policy_dir: Path, settings: EngineSettings) -> AsyncIte
         async with CompletionsClient(settings.url, name, timeout_s=settings.timeout_s) as client:
             yield client
         return
-    from trainer.rollout_eval import EngineCompletions
+    from trainer.engine.completions import EngineCompletions
 
     engine = load_engine(policy_dir, settings)
     try:

@@ -1,6 +1,6 @@
 """The run store: one folder per pipeline run, holding everything a later reader needs to audit it.
 
-Layout (DESIGN "Run store")::
+Layout (docs/architecture.md, step 11)::
 
     runs/<run_id>/
         run.json                 RunInfo: profile, config (JSON), config hash, code version, host, resumes

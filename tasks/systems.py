@@ -21,11 +21,10 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from envs.harness.policy import PolicyHarness
-from envs.types import TaskSpec
-from tasks.catalog import Catalog
-from tasks.training import LoopKind, loop_config, train
-from trainer.local import Layout, TrainerConfig
+from tasks.context import StageScope
+from tasks.training import TrainJob, train
+from trainer.local import Layout
+from trainer.loops import AsyncLoopConfig
 from trainer.sizing import LocalPlan, ModelShape, local_plan
 
 
@@ -38,6 +37,11 @@ class Knobs:
 
     def label(self) -> str:
         return f"budget{self.token_budget}-seqs{self.max_num_seqs}-workers{self.workers}-{self.layout.value}"
+
+    def apply(self, loop: AsyncLoopConfig) -> AsyncLoopConfig:
+        """``loop`` with these knobs: the trainer's token budget and layout, the engine's sequences, the workers."""
+        trainer = loop.trainer.model_copy(update={"token_budget": self.token_budget, "layout": self.layout})
+        return loop.model_copy(update={"trainer": trainer, "max_num_seqs": self.max_num_seqs, "workers": self.workers})
 
 
 def one_factor_trials(baseline: Knobs, **values: Sequence[Any]) -> list[Knobs]:
@@ -66,38 +70,9 @@ class TrialMetrics:
 
 
 @task(name="sweep-trial", cache_policy=NO_CACHE)
-def sweep_trial(
-    catalog: Catalog,
-    stage: str,
-    knobs: Knobs,
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    settings: PolicyHarness,
-    trainer: TrainerConfig,
-    prompts_per_step: int,
-    samples_per_prompt: int,
-    steps: int,
-    max_staleness: int,
-    seed: int,
-    out_dir: Path,
-    stage_folder: str,
-) -> TrialMetrics:
-    config = loop_config(
-        LoopKind.ASYNC,
-        task_ids=[t.task_id for t in tasks],
-        settings=settings,
-        trainer=trainer.model_copy(update={"token_budget": knobs.token_budget, "layout": knobs.layout}),
-        prompts_per_step=prompts_per_step,
-        samples_per_prompt=samples_per_prompt,
-        steps=steps,
-        seed=seed,
-        checkpoint_every=0,
-        max_num_seqs=knobs.max_num_seqs,
-        workers=knobs.workers,
-        max_staleness=max_staleness,
-    )
-    result = train.fn(catalog, stage, knobs.label(), policy_dir, tasks, worlds_root, config, out_dir, stage_folder)
+def sweep_trial(scope: StageScope, knobs: Knobs, job: TrainJob) -> TrialMetrics:
+    """Train ``job`` (a loop with ``knobs`` applied: ``Knobs.apply``) and measure what the knobs trade."""
+    result = train.fn(scope, job)
     records = result.history.steps
     wall = result.history.wall_s
     return TrialMetrics(

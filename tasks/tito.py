@@ -8,7 +8,6 @@ the trajectories with what actually crossed the wire, and with the trainer's bat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
@@ -16,68 +15,42 @@ from prefect.cache_policies import NO_CACHE
 
 from envs.harness.agent import run_group
 from envs.harness.engine_client import CompletionsClient
-from envs.harness.policy import PolicyHarness
 from envs.rollout import local_envs
-from envs.types import TaskSpec, Trajectory
-from tasks.catalog import Catalog
-from tasks.engine import EngineSettings, policy_endpoint
-from trainer.loops.common import group_seed
+from envs.types import Trajectory
+from tasks.context import RolloutJob, StageScope
+from tasks.engine import Endpoint, policy_endpoint
 from trainer.tito import RecordingEngine, TitoReport, check_tito
 
 
-async def _record(
-    url: str,
-    model: str,
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    settings: PolicyHarness,
-    samples: int,
-    seed: int,
-    timeout_s: float,
-) -> tuple[list[Trajectory], RecordingEngine]:
+async def _record(endpoint: Endpoint, job: RolloutJob, worlds_root: Path) -> tuple[list[Trajectory], RecordingEngine]:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-    async with CompletionsClient(url, model, timeout_s=timeout_s) as client:
+    tokenizer = AutoTokenizer.from_pretrained(job.policy_dir)
+    async with CompletionsClient(endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s) as client:
         engine = RecordingEngine(client)
         groups = await asyncio.gather(
             *(
                 run_group(
                     task,
-                    local_envs(task, worlds_root, settings.apps),
+                    local_envs(task, worlds_root, job.settings.apps),
                     engine,
                     tokenizer,
-                    settings.harness.model_copy(update={"seed": group_seed(seed, index)}),
+                    job.harness(index),
                     group_id=f"tito-{task.task_id}",
-                    n=samples,
+                    n=job.samples,
                 )
-                for index, task in enumerate(tasks)
+                for index, task in enumerate(job.tasks)
             )
         )
     return [t for group in groups for t in group], engine
 
 
 @task(name="tito-rollouts", cache_policy=NO_CACHE)
-def tito_rollouts(
-    catalog: Catalog,
-    stage: str,
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    settings: PolicyHarness,
-    engine: EngineSettings,
-    samples: int,
-    seed: int,
-) -> TitoReport:
+def tito_rollouts(scope: StageScope, job: RolloutJob) -> TitoReport:
     """Roll out ``tasks`` ``samples`` times each through the engine's HTTP API; record and check every exchange."""
     from transformers import AutoTokenizer
 
-    with policy_endpoint(policy_dir, engine) as endpoint:
-        trajectories, recorder = asyncio.run(
-            _record(
-                endpoint.url, endpoint.model, policy_dir, tasks, worlds_root, settings, samples, seed, engine.timeout_s
-            )
-        )
-    catalog.add_trajectories(stage, "tito-rollouts", "base", trajectories, {t.task_id: t for t in tasks})
-    return check_tito(trajectories, recorder.exchanges, AutoTokenizer.from_pretrained(policy_dir))
+    with policy_endpoint(job.policy_dir, job.engine) as endpoint:
+        trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds))
+    scope.catalog.add_trajectories(scope.stage, "tito-rollouts", "base", trajectories, job.by_id())
+    return check_tito(trajectories, recorder.exchanges, AutoTokenizer.from_pretrained(job.policy_dir))

@@ -13,6 +13,7 @@ few offending values), so a stage fails on bad data instead of computing a gate 
 in seconds: it is imported here, at stage boundaries only, never in a loop.
 
     validate(Suite.TRAJECTORIES, catalog.frame(TRAJECTORY_CHECK_SQL, ["derisk"]))
+    validate_stage(catalog, Suite.TRAJECTORIES, "derisk")      # the same: the stage's rows of the suite's table
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from envs.types import ErrorClass, Split, StopReason
+from tasks.catalog import Catalog
 
 
 class Suite(StrEnum):
@@ -51,6 +53,12 @@ TRAJECTORY_CHECK_SQL = """
            list_sum(loss_mask) AS masked
     FROM trajectories WHERE stage = ?"""
 """The columns the trajectories suite checks, computed in DuckDB (the token lists never leave the catalog)."""
+STAGE_ROWS_SQL: dict[Suite, str] = {
+    Suite.TRAJECTORIES: TRAJECTORY_CHECK_SQL,
+    Suite.TRAIN_STEPS: "SELECT * FROM train_steps WHERE stage = ?",
+    Suite.EVAL_RESULTS: "SELECT * FROM evals WHERE stage = ?",
+}
+"""A stage's rows of the catalog table each suite checks (the task set is read from the data folder, not here)."""
 
 
 def _expectations(suite: Suite) -> list[Any]:
@@ -130,6 +138,11 @@ def validate(suite: Suite, frame: pd.DataFrame) -> SuiteResult:
             broken.append(f"{result.expectation_config.type}({kwargs}){seen}")
         raise ValidationFailed(f"suite {suite.value!r} failed on {len(frame)} rows: " + " | ".join(broken))
     return SuiteResult(suite=suite, rows=len(frame), expectations=len(outcome.results))
+
+
+def validate_stage(catalog: Catalog, suite: Suite, stage: str) -> SuiteResult:
+    """Run ``suite`` on the stage's rows of the catalog table it checks (``STAGE_ROWS_SQL``)."""
+    return validate(suite, catalog.frame(STAGE_ROWS_SQL[suite], [stage]))
 
 
 def task_frame(tasks: list[Any]) -> pd.DataFrame:

@@ -42,23 +42,24 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
-from envs.check import fork_world
 from envs.files import atomic_write_text
 from envs.harness.agent import HarnessConfig
 from envs.harness.chat import ToolListing, compact_system_prompt
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.tools import LocalToolSession
 from envs.oracle import require_oracle
+from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import Split, TaskSpec, Tier
 from envs.worlds import world_index
 from trainer.engine import Engine, EngineConfig
 from trainer.model import TinyModelSpec, build_tiny_model, load_policy, save_policy
-from trainer.rollout_eval import PassRow, evaluate_pass_at_1
-from trainer.sft import SftConfig, train_sft
+from trainer.rollout_eval import PassEval, PassRow, evaluate_pass_at_1
+from trainer.sft import SftConfig, SftResult, train_sft
 from trainer.tokenizer import special_token_ids, train_tokenizer
 from trainer.traces import (
     NoiseKind,
@@ -348,59 +349,21 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
         return cached
     key = content_hash(spec, data)
     worlds_root = data / "worlds"
-    timings: dict[str, float] = {}
     started = time.perf_counter()
-
     tasks = select_tasks(load_tasks(data), spec)
-    train_tasks = [task for task in tasks if task.split is Split.TRAIN][: spec.train_task_limit]
-    if not train_tasks:
-        raise ValueError(f"no train-split task among the {len(tasks)} selected tasks")
-    config = harness_config(spec)
-    with scratch_dir("bootstrap-worlds-") as scratch:
-        worlds = {
-            task.task_id: World(fork_world(worlds_root / task.world_id, Path(scratch) / task.task_id))
-            for task in train_tasks
-        }
-        clean = {task.task_id: oracle_trace(task, worlds[task.task_id]) for task in train_tasks}
-        values = sorted({trace.answer for trace in clean.values() if copies_last_observation(trace)})
-        traces_by_task = {
-            task.task_id: draw_traces(task, worlds[task.task_id], spec, clean[task.task_id], values)
-            for task in train_tasks
-        }
-        tool_specs = asyncio.run(list_tool_specs(spec.apps))
-        traces = [trace for task in train_tasks for trace in traces_by_task[task.task_id]]
-        timings["traces_s"] = time.perf_counter() - started
-        _log(progress, f"{len(traces)} traces of {len(train_tasks)} train tasks in {timings['traces_s']:.1f} s")
+    imitation = draw_imitation_set(tasks, worlds_root, spec)
+    timings = {"traces_s": time.perf_counter() - started}
+    n_traces, n_tasks = len(imitation.traces), len(imitation.tasks_by_id)
+    _log(progress, f"{n_traces} traces of {n_tasks} train tasks in {timings['traces_s']:.1f} s")
 
-        mark = time.perf_counter()
-        system_text = compact_system_prompt(config.system_prompt, tool_specs, config.tool_listing)
-        tokenizer = train_tokenizer(tokenizer_corpus(worlds_root, train_tasks, traces, system_text), spec.vocab_size)
-        by_id = {task.task_id: task for task in train_tasks}
-        rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
-        examples = []
-        for trace in traces:
-            if id(trace) not in rendered:
-                rendered[id(trace)] = render_trace(tokenizer, by_id[trace.task_id], trace, tool_specs, config)
-            examples.append(rendered[id(trace)])
-        asyncio.run(_check_parity_sample(tokenizer, traces, by_id, rendered, worlds_root, spec, config))
-        timings["tokenize_s"] = time.perf_counter() - mark
-    mean_tokens = sum(len(e.tokens) for e in examples) / len(examples)
+    mark = time.perf_counter()
+    tokenized = tokenize_imitation_set(imitation, spec)
+    timings["tokenize_s"] = time.perf_counter() - mark
+    tokenizer, mean_tokens = tokenized.tokenizer, tokenized.mean_tokens
     _log(progress, f"tokenizer {len(tokenizer)} tokens; traces average {mean_tokens:.0f} tokens; parity checked")
 
     mark = time.perf_counter()
-    model = build_tiny_model(
-        spec.model.model_copy(update={"seed": spec.seed}), len(tokenizer), special_token_ids(tokenizer)
-    )
-    sft = SftConfig(
-        steps=spec.steps,
-        batch_size=spec.batch_size,
-        lr=spec.lr,
-        warmup_steps=spec.warmup_steps,
-        seed=spec.seed,
-        max_wall_seconds=spec.max_wall_seconds,
-        log_every=spec.log_every,
-    )
-    result = train_sft(model, examples, sft, pad_id=int(tokenizer.pad_token_id), progress=progress)
+    model, result = train_base(tokenized, spec, progress)
     timings["train_s"] = time.perf_counter() - mark
     path = save_policy(model, tokenizer, out / key, harness=policy_harness(spec))
 
@@ -408,13 +371,13 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     rows = evaluate_policy(path, tasks, worlds_root, spec) if spec.eval_samples else None
     timings["eval_s"] = time.perf_counter() - mark
     timings["total_s"] = time.perf_counter() - started
-    noise_counts = Counter(str(trace.noise or "clean") for trace in traces)
+    noise_counts = Counter(str(trace.noise or "clean") for trace in imitation.traces)
     report = BootstrapReport(
         spec=spec,
         hash=key,
-        train_tasks=len(train_tasks),
+        train_tasks=n_tasks,
         eval_tasks=len(tasks) if rows else 0,
-        traces=len(traces),
+        traces=n_traces,
         noise_counts=dict(sorted(noise_counts.items())),
         mean_tokens=mean_tokens,
         steps_done=result.steps_done,
@@ -428,31 +391,118 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     return BootstrapResult(path, report, cached=False)
 
 
+@dataclass(frozen=True)
+class ImitationSet:
+    """What the base imitates: the train tasks (by id), every drawn trace in task order, and the tool listing and
+    harness they are rendered with; ``worlds_root`` holds the pristine worlds the parity replays fork."""
+
+    tasks_by_id: dict[str, TaskSpec]
+    traces: list[Trace]
+    tool_specs: list[dict[str, Any]]
+    config: HarnessConfig
+    worlds_root: Path
+
+
+@dataclass(frozen=True)
+class TokenizedImitation:
+    """The tokenizer trained for an ``ImitationSet`` and its traces rendered as training examples (one per trace;
+    a trace drawn more than once is rendered once, ``rendered`` by object id)."""
+
+    tokenizer: PreTrainedTokenizerFast
+    examples: list[TokenizedTrace]
+    rendered: dict[int, TokenizedTrace]
+
+    @property
+    def mean_tokens(self) -> float:
+        return sum(len(e.tokens) for e in self.examples) / len(self.examples)
+
+
+def draw_imitation_set(tasks: Sequence[TaskSpec], worlds_root: Path, spec: BootstrapSpec) -> ImitationSet:
+    """Steps 1-2: the train tasks among ``tasks`` (``spec.train_task_limit`` first ones) and ``draw_traces`` of each,
+    on world copies that are gone when this returns."""
+    train_tasks = [task for task in tasks if task.split is Split.TRAIN][: spec.train_task_limit]
+    if not train_tasks:
+        raise ValueError(f"no train-split task among the {len(tasks)} selected tasks")
+    with scratch_dir("bootstrap-worlds-") as scratch:
+        worlds = {
+            task.task_id: World(fork_world(worlds_root / task.world_id, Path(scratch) / task.task_id))
+            for task in train_tasks
+        }
+        clean = {task.task_id: oracle_trace(task, worlds[task.task_id]) for task in train_tasks}
+        values = sorted({trace.answer for trace in clean.values() if copies_last_observation(trace)})
+        traces = [
+            trace
+            for task in train_tasks
+            for trace in draw_traces(task, worlds[task.task_id], spec, clean[task.task_id], values)
+        ]
+    return ImitationSet(
+        tasks_by_id={task.task_id: task for task in train_tasks},
+        traces=traces,
+        tool_specs=asyncio.run(list_tool_specs(spec.apps)),
+        config=harness_config(spec),
+        worlds_root=worlds_root,
+    )
+
+
+def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> TokenizedImitation:
+    """Steps 3-4: train the tokenizer on the corpus, render every trace as the harness would, and replay a sample
+    through ``run_agent`` to check the layout token for token."""
+    config = imitation.config
+    system_text = compact_system_prompt(config.system_prompt, imitation.tool_specs, config.tool_listing)
+    train_tasks = list(imitation.tasks_by_id.values())
+    corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, system_text)
+    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
+    examples = []
+    for trace in imitation.traces:
+        if id(trace) not in rendered:
+            task = imitation.tasks_by_id[trace.task_id]
+            rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs, config)
+        examples.append(rendered[id(trace)])
+    tokenized = TokenizedImitation(tokenizer, examples, rendered)
+    asyncio.run(_check_parity_sample(imitation, tokenized, spec))
+    return tokenized
+
+
+def train_base(
+    tokenized: TokenizedImitation, spec: BootstrapSpec, progress: Progress | None
+) -> tuple[Qwen3ForCausalLM, SftResult]:
+    """Step 5: a fresh tiny model (seeded by ``spec.seed``) trained on the examples' assistant tokens."""
+    tokenizer = tokenized.tokenizer
+    model = build_tiny_model(
+        spec.model.model_copy(update={"seed": spec.seed}), len(tokenizer), special_token_ids(tokenizer)
+    )
+    sft = SftConfig(
+        steps=spec.steps,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        warmup_steps=spec.warmup_steps,
+        seed=spec.seed,
+        max_wall_seconds=spec.max_wall_seconds,
+        log_every=spec.log_every,
+    )
+    result = train_sft(model, tokenized.examples, sft, pad_id=int(tokenizer.pad_token_id), progress=progress)
+    return model, result
+
+
 async def list_tool_specs(apps: Sequence[str]) -> list[dict[str, Any]]:
     """The ``{name, description, input_schema}`` listing a tool session over ``apps`` shows the policy."""
     # The listing does not depend on the world; a session over an empty one gives the names and schemas.
     return await LocalToolSession(World(Path(".")), apps=apps).list_tools()
 
 
-async def _check_parity_sample(
-    tokenizer,
-    traces: Sequence[Trace],
-    tasks_by_id: dict[str, TaskSpec],
-    rendered: dict[int, TokenizedTrace],
-    worlds_root: Path,
-    spec: BootstrapSpec,
-    config: HarnessConfig,
-) -> None:
+async def _check_parity_sample(imitation: ImitationSet, tokenized: TokenizedImitation, spec: BootstrapSpec) -> None:
     """Replay the first ``parity_checks`` distinct traces, noisy ones first, on fresh world copies."""
-    distinct = list({id(trace): trace for trace in traces}.values())
+    distinct = list({id(trace): trace for trace in imitation.traces}.values())
     # A swapped trace shows a value the world does not hold: replaying it against real tools must differ.
     replayable = [trace for trace in distinct if not trace.swapped]
     sample = sorted(replayable, key=lambda trace: trace.noise is None)[: spec.parity_checks]
     with scratch_dir("bootstrap-parity-") as scratch:
         for index, trace in enumerate(sample):
-            task = tasks_by_id[trace.task_id]
-            world = World(fork_world(worlds_root / task.world_id, Path(scratch) / str(index)))
-            await check_parity(tokenizer, task, trace, rendered[id(trace)], world, spec.apps, config)
+            task = imitation.tasks_by_id[trace.task_id]
+            world = World(fork_world(imitation.worlds_root / task.world_id, Path(scratch) / str(index)))
+            rendered = tokenized.rendered[id(trace)]
+            await check_parity(tokenized.tokenizer, task, trace, rendered, world, spec.apps, imitation.config)
 
 
 def evaluate_policy(policy: Path, tasks: Sequence[TaskSpec], worlds_root: Path, spec: BootstrapSpec) -> list[PassRow]:
@@ -462,7 +512,7 @@ def evaluate_policy(policy: Path, tasks: Sequence[TaskSpec], worlds_root: Path, 
     try:
         return asyncio.run(
             evaluate_pass_at_1(
-                engine, tokenizer, tasks, worlds_root, spec.apps, harness_config(spec), spec.eval_samples
+                engine, tokenizer, tasks, PassEval(worlds_root, spec.apps, harness_config(spec), n=spec.eval_samples)
             )
         )
     finally:

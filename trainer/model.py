@@ -3,7 +3,9 @@
 The tiny model is transformers' own `Qwen3ForCausalLM` (RMSNorm, q/k-norm, RoPE, GQA, SwiGLU, tied embeddings as in
 the small Qwen3 checkpoints), randomly initialised from `TinyModelSpec.seed`. A policy folder is what
 `save_pretrained` writes (config.json, generation_config.json, model.safetensors) plus the tokenizer files, so
-`load_policy` reads a real Qwen checkpoint folder the same way. A policy the project trained also carries
+`load_policy` also reads a downloaded Hugging Face checkpoint folder — of a Qwen3 model only (``model_type: qwen3`` in
+its config.json): it builds a `Qwen3ForCausalLM` and the engine's forward pass is Qwen3's, so any other architecture
+(Qwen2/2.5 included) is refused with a ValueError naming the model type. A policy the project trained also carries
 ``harness.json`` (``envs.harness.policy``): the harness settings it was trained with, which evals and later runs use.
 
     spec = TinyModelSpec()
@@ -17,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from envs.files import fsync_tree
+from envs.files import staged_dir
 from envs.harness.policy import PolicyHarness, write_policy_harness
 from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
 
@@ -116,29 +116,23 @@ def save_policy(
     harness: PolicyHarness | None = None,
 ) -> Path:
     """Save weights (safetensors), config, tokenizer and — when given — the harness settings (``harness.json``) into
-    `directory`, atomically: a sibling temp dir is filled and then renamed into place, so a reader never sees a
-    half-written checkpoint, nor weights without the harness they were trained with."""
+    `directory`, atomically (``staged_dir``: a hidden sibling folder is filled, fsynced and swapped in whole), so a
+    reader never sees a half-written checkpoint or one of empty files, nor weights without the harness they were
+    trained with."""
     target = Path(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    try:
+    with staged_dir(target) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         if harness is not None:
             write_policy_harness(tmp, harness)
-        fsync_tree(tmp)  # on disk before the rename: a crash never leaves a policy folder of empty files
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
 def load_policy(
     directory: str | os.PathLike[str], dtype: torch.dtype = torch.float32
 ) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
-    """Load (model in eval mode, tokenizer) from a policy folder written by `save_policy` or a real HF checkpoint."""
+    """Load (model in eval mode, tokenizer) from a policy folder written by `save_policy` or a Hugging Face Qwen3
+    checkpoint folder; a folder without config.json is a FileNotFoundError, any other ``model_type`` a ValueError."""
     path = Path(directory)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a checkpoint folder (no config.json)")

@@ -3,15 +3,14 @@
 Each task runs ``n`` sampled rollouts (temperature 1.0, seeded) and one greedy rollout, on private world copies
 (``envs.rollout.local_envs``). Per (tier, split):
 
-* pass@1 = mean over tasks of (passed samples / n)  (RECIPE "Evaluation": unbiased pass@1 = c/n per task);
-* greedy pass@1 = share of tasks the greedy rollout solves;
+* pass@1 = mean over tasks of (passed samples / n)  (``evals.stats.mean_pass_at_k``);
+* greedy pass@1 = share of tasks the greedy rollout solves (the same, one sample per task);
 * right-tool rate = share of sampled rollouts whose first call names the oracle's first tool; right-call rate = same
   tool and the same arguments;
 * copy accuracy = among sampled rollouts of one-step oracles that made exactly the oracle's call, the share solved
   (what is left once the call is right: copying the value into the answer).
 
-``EngineCompletions`` puts an in-process ``trainer.engine.Engine`` behind the harness's ``CompletionEngine``
-protocol (the same calls ``CompletionsClient`` makes over HTTP, minus the socket).
+The rollouts go through the in-process engine (``trainer.engine.completions.EngineCompletions``), no HTTP.
 """
 
 from __future__ import annotations
@@ -19,39 +18,19 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from envs.harness.agent import HarnessConfig, run_group
-from envs.harness.engine_client import Completion
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, substitute
 from envs.rollout import local_envs
 from envs.types import TaskSpec, Trajectory
-from trainer.engine import Engine, SamplingParams
-
-
-class EngineCompletions:
-    """``CompletionEngine`` over an in-process ``Engine``: token ids in, sampled ids + logprobs out."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    async def complete(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ) -> Completion:
-        params = SamplingParams(
-            temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens, stop_token_ids=tuple(stop_token_ids)
-        )
-        done = await self.engine.generate(prompt_ids, params)
-        return Completion(done.token_ids_T, done.logprobs_T, str(done.finish_reason), done.weight_version)
+from evals.stats import mean_pass_at_k
+from trainer.engine import Engine
+from trainer.engine.completions import EngineCompletions
 
 
 class PassRow(BaseModel):
@@ -83,40 +62,44 @@ def _row(tier: str, split: str, sampled: list[tuple[TaskSpec, list[Trajectory]]]
         if exact and len(require_oracle(task).steps) == 1:
             copy_tries += 1
             copied += bool(trajectory.passed)
-    per_task = [sum(bool(t.passed) for t in group) / len(group) for _, group in sampled]
     return PassRow(
         tier=tier,
         split=split,
         tasks=len(sampled),
         samples=len(flat),
-        pass_at_1=sum(per_task) / len(per_task),
-        greedy_pass_at_1=sum(bool(t.passed) for t in greedy) / len(greedy),
+        pass_at_1=mean_pass_at_k([[bool(t.passed) for t in group] for _, group in sampled]),
+        greedy_pass_at_1=mean_pass_at_k([[bool(t.passed)] for t in greedy]),
         right_tool_rate=right_tool / len(flat),
         right_call_rate=right_call / len(flat),
         copy_accuracy=copied / copy_tries if copy_tries else None,
     )
 
 
-async def evaluate_pass_at_1(
-    engine: Engine,
-    tokenizer,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    apps: Sequence[str],
-    config: HarnessConfig,
-    n: int,
-    concurrency: int = 32,
-) -> list[PassRow]:
-    """Sampled (``config.temperature``, ``n`` per task) and greedy rollouts of every task → one row per tier × split."""
+@dataclass(frozen=True)
+class PassEval:
+    """How each task is rolled out: on copies of its world under ``worlds_root`` with ``apps``, through ``harness``."""
+
+    worlds_root: Path
+    apps: Sequence[str]
+    harness: HarnessConfig
+    n: int
+    """Sampled rollouts per task (at ``harness.temperature``); one greedy rollout comes on top."""
+    concurrency: int = 32
+    """Tasks rolled out at once."""
+
+
+async def evaluate_pass_at_1(engine: Engine, tokenizer, tasks: Sequence[TaskSpec], setup: PassEval) -> list[PassRow]:
+    """Sampled (``setup.n`` per task) and greedy rollouts of every task → one row per tier × split."""
     if not tasks:
         raise ValueError("no tasks to evaluate")
     client = EngineCompletions(engine)
+    config, n = setup.harness, setup.n
     greedy_config = config.model_copy(update={"temperature": 0.0})
-    gate = asyncio.Semaphore(concurrency)
+    gate = asyncio.Semaphore(setup.concurrency)
 
     async def both(task: TaskSpec) -> tuple[list[Trajectory], Trajectory]:
         async with gate:
-            envs = local_envs(task, worlds_root, apps)
+            envs = local_envs(task, setup.worlds_root, setup.apps)
             sampled = await run_group(task, envs, client, tokenizer, config, group_id=f"{task.task_id}-t", n=n)
             [greedy] = await run_group(task, envs, client, tokenizer, greedy_config, group_id=f"{task.task_id}-g", n=1)
             return sampled, greedy

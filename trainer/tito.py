@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from envs.harness.chat import encode
-from envs.harness.engine_client import Completion, CompletionEngine
+from envs.harness.engine_client import Completion, CompletionEngine, Sampling
 from envs.types import Trajectory
 from trainer.algorithms import AlgorithmConfig
 from trainer.local.batch import TrainBatch
@@ -50,16 +50,8 @@ class RecordingEngine:
         self.inner = inner
         self.exchanges: list[Exchange] = []
 
-    async def complete(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ) -> Completion:
-        completion = await self.inner.complete(prompt_ids, max_tokens, temperature, top_p, seed, stop_token_ids)
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion:
+        completion = await self.inner.complete(prompt_ids, sampling)
         self.exchanges.append(Exchange(tuple(prompt_ids), completion))
         return completion
 

@@ -21,13 +21,14 @@ rendering of one message depend on the next and break the prefix property).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from envs.files import staged_dir
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -123,13 +124,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedT
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, directory: str | os.PathLike[str]) -> Path:
-    """Write the tokenizer files atomically: save into a sibling temp dir, then move each file into place."""
+    """Write the tokenizer files as the folder `directory`, atomically: saved into a hidden sibling folder and swapped
+    in whole (``staged_dir``), so a reader sees the old tokenizer or the new one, never a mix. Whatever else was in
+    `directory` is replaced with it."""
     target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target, prefix=".tok-") as tmp:
+    with staged_dir(target) as tmp:
         tokenizer.save_pretrained(tmp)
-        for name in os.listdir(tmp):
-            os.replace(Path(tmp) / name, target / name)
     return target
 
 

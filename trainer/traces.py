@@ -48,7 +48,7 @@ from envs.harness.chat import (
     tool_result_message,
     turn_close_ids,
 )
-from envs.harness.engine_client import Completion
+from envs.harness.engine_client import Completion, Sampling
 from envs.harness.tools import LocalToolSession
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, run_oracle, substitute
@@ -297,7 +297,7 @@ class ReplayEngine:
         self._turns = [list(ids) for ids in turns_ids]
         self._next = 0
 
-    async def complete(self, prompt_ids: Sequence[int], max_tokens: int, *args: Any, **kwargs: Any) -> Completion:
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion:
         if self._next >= len(self._turns):
             raise RuntimeError(f"the replayed trace has only {len(self._turns)} assistant turns")
         ids = self._turns[self._next]

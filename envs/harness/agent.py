@@ -59,7 +59,7 @@ from envs.harness.chat import (
     tool_result_message,
     turn_close_ids,
 )
-from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected
+from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected, Sampling
 from envs.harness.parsing import ToolCall, parse_turn
 from envs.harness.tools import ToolOutcome, ToolSession, call_record
 from envs.types import ErrorClass, GradeResult, StopReason, TaskSpec, ToolCallRecord, Trajectory, TurnSpan
@@ -214,7 +214,8 @@ async def _rollout(
         max_tokens = min(config.max_tokens_per_turn, budget - len(context))
         seed = request_seed(config.seed, trajectory.sample_index, turn)
         started = time.perf_counter()
-        completion = await engine.complete(context, max_tokens, config.temperature, config.top_p, seed, (eos,))
+        sampling = Sampling(max_tokens, config.temperature, config.top_p, seed, (eos,))
+        completion = await engine.complete(context, sampling)
         trajectory.llm_s += time.perf_counter() - started
         if completion.finish_reason == "abort":
             raise EngineError(f"turn {turn}: the engine aborted the request", retryable=True)
@@ -312,6 +313,9 @@ class SampleEnv:
 
 EnvFactory = Callable[[int], AbstractAsyncContextManager[SampleEnv]]
 """sample_index → an async context that sets up (copies the world, opens the session) and tears down one sample."""
+
+EnvsForTask = Callable[[TaskSpec], EnvFactory]
+"""task → the environment factory of its group (the training loops default to ``envs.rollout.local_envs``)."""
 
 # Setup failures that mean the task itself is broken (missing world, bad task data); any other one is infra.
 _TASK_SETUP_ERRORS: tuple[type[Exception], ...] = (FileNotFoundError, NotADirectoryError, KeyError, ValueError)

@@ -11,7 +11,7 @@ interpreter on PATH (the recipe's harness fix for ``ModuleNotFoundError``).
   ``envs.apps.code_exec.run_limited`` (rlimits, a minimal environment, and bubblewrap where usable with the world and
   a scratch folder as the only writable host folders).
 * ``code_only_envs(task, worlds_root)`` — the ``EnvFactory``: a private world copy per sample, graded against the
-  pristine world.
+  pristine world (``envs.rollout.copy_envs``, as ``local_envs``).
 * Oracle: ``code_only_oracle(task)`` turns each MCP oracle step into a ``bash`` call of the app CLI
   (``python -m envs.apps TOOL '<json>' --world ..``); ``run_code_only_oracle(task, tools)`` runs the task's oracle
   with its ``${name}`` data flow, every step through the session's bash.
@@ -33,13 +33,11 @@ import re
 import shlex
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from types import TracebackType
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -47,16 +45,14 @@ from envs.apps import ToolError
 from envs.apps.base import check_encodable, describe_validation_error, encodable_text
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.apps.filesystem import read_text_or_none
-from envs.check import fork_world
 from envs.files import atomic_write_text
-from envs.graders import grade
-from envs.harness.agent import EnvFactory, SampleEnv
+from envs.harness.agent import EnvFactory
 from envs.harness.parsing import ToolCall
-from envs.harness.tools import ToolOutcome
+from envs.harness.tools import InProcessSession, ToolOutcome
 from envs.oracle import OracleError, OracleRun, require_oracle, run_oracle
 from envs.paths import PathEscapeError, resolve_inside
+from envs.rollout import copy_envs
 from envs.sandbox.limits import ResourceLimits
-from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 
 __all__ = [
@@ -109,6 +105,12 @@ def run_bash(command: str, *, cwd: Path, writable: Path, timeout_s: float, limit
 
 
 # --- arguments -------------------------------------------------------------------------------------------------------
+
+
+def _capped(lines: list[str], limit: int, hint: str) -> str:
+    """The first ``limit`` lines, then one line saying how many were left out and what to do about it."""
+    extra = len(lines) - limit
+    return "\n".join(lines[:limit]) + (f"\n[… {extra} {hint}]" if extra > 0 else "")
 
 
 class _Arguments(BaseModel):
@@ -199,20 +201,12 @@ def _code_tool(name: str, arguments: type[_Arguments], description: str) -> Call
     return register
 
 
-class RegistryToolSession:
+class RegistryToolSession(InProcessSession):
     """A ``ToolSession`` over a fixed set of ``CodeTool``s run in a worker thread; subclasses give the tools their
     folder. Bad arguments, refused paths and ``ToolError``s come back as error outcomes the model can read."""
 
     def __init__(self, tools: dict[str, CodeTool]) -> None:
         self.tools = tools
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
 
     async def list_tools(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
@@ -327,8 +321,7 @@ def _glob(session: CodeToolSession, args: GlobArgs) -> str:
     found = sorted(session.shown(p) for p in top.glob(args.pattern) if p.is_file() and session.inside(p))
     if not found:
         return f"no files match {args.pattern!r} under {session.shown(top)!r}"
-    extra = len(found) - MAX_GLOB_RESULTS
-    return "\n".join(found[:MAX_GLOB_RESULTS]) + (f"\n[… {extra} more; narrow the pattern]" if extra > 0 else "")
+    return _capped(found, MAX_GLOB_RESULTS, "more; narrow the pattern")
 
 
 @_code_tool(
@@ -386,8 +379,7 @@ def _grep(session: CodeToolSession, args: GrepArgs) -> str:
                 hits.append(f"{session.shown(file)}:{number}: {line[:MAX_LINE_CHARS]}")
     if not hits:
         return f"no matches for {args.pattern!r} under {args.path!r}"
-    extra = len(hits) - MAX_GREP_HITS
-    return "\n".join(hits[:MAX_GREP_HITS]) + (f"\n[… {extra} more matches; narrow the search]" if extra > 0 else "")
+    return _capped(hits, MAX_GREP_HITS, "more matches; narrow the search")
 
 
 @_code_tool(
@@ -447,18 +439,7 @@ def _todowrite(session: CodeToolSession, args: TodoWriteArgs) -> str:
 
 def code_only_envs(task: TaskSpec, worlds_root: Path, limits: ResourceLimits | None = None) -> EnvFactory:
     """Each sample: a private copy of the task's world, the code-only tools over it, graded against the pristine."""
-    pristine = worlds_root / task.world_id
-    if not pristine.is_dir():
-        raise FileNotFoundError(f"world {task.world_id} of task {task.task_id} is not under {worlds_root}")
-
-    @asynccontextmanager
-    async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
-        with scratch_dir(f"code-only-{task.task_id}-{sample_index}-") as scratch:
-            copy = fork_world(pristine, Path(scratch) / task.world_id)
-            async with CodeToolSession(copy, limits) as tools:
-                yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy))
-
-    return open_env
+    return copy_envs(task, worlds_root, lambda copy: CodeToolSession(copy, limits), label="code-only")
 
 
 # --- oracle ----------------------------------------------------------------------------------------------------------

@@ -1,35 +1,33 @@
-"""Client of an OpenAI/vLLM-compatible engine, token in / token out (vLLM wire format; DESIGN "Engine protocol").
+"""Client of an OpenAI/vLLM-compatible engine, token in / token out (the vLLM wire format).
 
 ``complete`` posts token ids to ``/v1/completions`` with ``return_token_ids`` and ``logprobs: 0`` and returns the
 sampled ids with the engine's logprob of each; ``chat`` posts messages to ``/v1/chat/completions`` (text mode: the
-server renders and re-tokenises) and is used only by the TITO check to measure how often that would have drifted.
+server renders and re-tokenises), there to measure how often re-tokenising would have drifted (the vLLM check).
 
 Every failure raises ``EngineError``: transport errors, timeouts, 5xx, 408 and 429 answers are ``retryable`` (the
 rollout is re-run, not trained on). Any other 4xx answer, or a reply that breaks the wire format, raises
 ``EngineRejected``: the request or the server is wrong (model name, context length, a server without
 ``return_token_ids``), so every rollout would fail alike; the harness lets it propagate and the caller stops with
-the engine's reply.
+the engine's reply. The HTTP itself (timeouts, failure classes, reply checks) is ``envs.openai_http.ApiClient``'s.
 
 Example::
 
     async with CompletionsClient("http://127.0.0.1:8000", model="policy") as engine:
-        completion = await engine.complete(prompt_ids, max_tokens=256, temperature=1.0, seed=0)
+        completion = await engine.complete(prompt_ids, Sampling(max_tokens=256, temperature=1.0, seed=0))
         completion.token_ids, completion.logprobs, completion.finish_reason
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 import httpx
 
 from envs.errors import RecipeError
-
-# 4xx answers that mean "not now" rather than "not this request": a proxy's rate limit, a request timeout.
-_BUSY = frozenset({408, 429})
+from envs.openai_http import ApiClient, ApiError, first_choice
 
 
 class EngineError(Exception):
@@ -45,6 +43,17 @@ class EngineRejected(EngineError, RecipeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How one request samples (vLLM's request fields of the same names); temperature 0 is greedy."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,29 +73,18 @@ class ChatReply:
 
 
 class CompletionEngine(Protocol):
-    """What the agent loop needs from an engine (``CompletionsClient`` or a test double)."""
+    """What the agent loop needs from an engine (``CompletionsClient``, ``trainer.engine.completions``, a double)."""
 
-    async def complete(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ) -> Completion: ...
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion: ...
 
 
 class CompletionsClient:
-    """An ``httpx.AsyncClient`` on one engine URL; use as an async context manager (or call ``aclose``)."""
+    """An ``ApiClient`` on one engine URL; use as an async context manager (or call ``aclose``)."""
 
     def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, max_connections: int = 512) -> None:
         self.model = model
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        )
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._api = ApiClient(base_url, timeout_s, limits=limits)
 
     async def __aenter__(self) -> Self:
         return self
@@ -97,29 +95,11 @@ class CompletionsClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._api.aclose()
 
-    async def complete(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ) -> Completion:
-        body = {
-            "model": self.model,
-            "prompt": list(prompt_ids),
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-            "stop_token_ids": list(stop_token_ids),
-            "return_token_ids": True,
-            "logprobs": 0,
-        }
-        choice = _first_choice(await self._post("/v1/completions", body))
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion:
+        body = {"prompt": list(prompt_ids), "logprobs": 0} | self._body(sampling)
+        _, choice = await self._post("/v1/completions", body)
         try:
             token_ids = [int(t) for t in choice["token_ids"]]
             logprobs = [float(lp) for lp in choice["logprobs"]["token_logprobs"]]
@@ -135,27 +115,12 @@ class CompletionsClient:
         return Completion(token_ids, logprobs, finish_reason, None if version is None else int(version))
 
     async def chat(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        self, messages: Sequence[Mapping[str, Any]], sampling: Sampling, tools: Sequence[Mapping[str, Any]] = ()
     ) -> ChatReply:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [dict(m) for m in messages],
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-            "return_token_ids": True,
-        }
+        body = {"messages": [dict(m) for m in messages]} | self._body(sampling)
         if tools:
             body["tools"] = [dict(t) for t in tools]
-        data = await self._post("/v1/chat/completions", body)
-        choice = _first_choice(data)
+        data, choice = await self._post("/v1/chat/completions", body)
         try:
             text = choice["message"]["content"] or ""
             finish_reason = str(choice["finish_reason"])
@@ -164,28 +129,22 @@ class CompletionsClient:
         prompt = data.get("prompt_token_ids", choice.get("prompt_token_ids"))
         return ChatReply(text, choice.get("token_ids"), prompt, finish_reason)
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _body(self, sampling: Sampling) -> dict[str, Any]:
+        """The fields every request carries: the model, the sampling and ``return_token_ids`` (token in / out)."""
+        sampling_fields = asdict(sampling) | {"stop_token_ids": list(sampling.stop_token_ids)}
+        return {"model": self.model, **sampling_fields, "return_token_ids": True}
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+        """The reply and its first choice; a failure as ``EngineError`` or ``EngineRejected`` (``_engine_error``)."""
         try:
-            response = await self._http.post(path, json=body)
-        except httpx.TimeoutException as error:
-            raise EngineError(f"{path}: timed out ({type(error).__name__})", retryable=True) from error
-        except httpx.TransportError as error:
-            raise EngineError(f"{path}: transport error {type(error).__name__}: {error}", retryable=True) from error
-        if response.status_code >= 500 or response.status_code in _BUSY:
-            raise EngineError(f"{path}: HTTP {response.status_code}: {response.text[:500]}", retryable=True)
-        if response.status_code >= 400:
-            raise EngineRejected(f"{path}: HTTP {response.status_code}: {response.text[:500]}")
-        try:
-            data = response.json()
-        except ValueError as error:
-            raise EngineRejected(f"{path}: reply is not JSON: {response.text[:200]}") from error
-        if not isinstance(data, dict):
-            raise EngineRejected(f"{path}: reply is not a JSON object")
-        return data
+            data = await self._api.post_json(path, body)
+            return data, first_choice(data, path)
+        except ApiError as error:
+            raise _engine_error(error) from error
 
 
-def _first_choice(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise EngineRejected(f"the engine reply has no choices: {str(data)[:200]}")
-    return choices[0]
+def _engine_error(error: ApiError) -> EngineError:
+    """A retryable failure (busy, down, slow) as ``EngineError``; any other as ``EngineRejected``."""
+    if error.failure.retryable:
+        return EngineError(str(error), retryable=True)
+    return EngineRejected(str(error))

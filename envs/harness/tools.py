@@ -82,7 +82,19 @@ def call_record(turn: int, name: str, args: dict[str, Any], outcome: ToolOutcome
     )
 
 
-class LocalToolSession:
+class InProcessSession:
+    """Base of the tool sessions that run in this process: nothing to open or close, so entering one is free."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+class LocalToolSession(InProcessSession):
     """The app registry over one world, called in-process (worker thread); names are the gateway's ``<app>_<op>``."""
 
     def __init__(self, world: World, apps: Sequence[str] | None = None) -> None:
@@ -92,14 +104,6 @@ class LocalToolSession:
             raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(known_apps)}")
         self.world = world
         self._tools = sorted(name for name, tool in TOOLS.items() if apps is None or tool.app in apps)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        return None
 
     async def list_tools(self) -> list[dict[str, Any]]:
         return [

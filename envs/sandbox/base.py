@@ -1,9 +1,12 @@
 """The sandbox contract: a ``SandboxProvider`` starts a ``Sandbox`` (a private copy of a world and an MCP gateway
-serving it); a registry names the providers; a process-wide reaper kills whatever is still alive at exit.
+serving it) with the ``SandboxOptions`` every sandbox of that provider shares; each wait on a gateway is bounded by
+one of the ``SandboxTimeouts``. The providers (``local``, ``docker``) build on ``envs.sandbox.copy_backed``; the
+registry that names them is ``envs.sandbox.registry``; the reaper that kills what is alive at exit is
+``envs.sandbox.reaper``.
 
 Example::
 
-    provider = make_provider(ProviderName.LOCAL, {"ib-1": Path("data/worlds/ib-1")})
+    provider = make_provider(ProviderName.LOCAL, {"ib-1": Path("data/worlds/ib-1")}, SandboxOptions(apps=("sheets",)))
     sandbox = await provider.start("ib-1")
     outcome = await sandbox.call("sheets.read_cell", {"path": "models/x.xlsx", "sheet": "Model", "cell": "C5"})
     await sandbox.reset()   # the copy is pristine again; the gateway keeps running
@@ -13,28 +16,22 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
-import signal
-import threading
+import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import APP_NAMES
 from envs.mcp.variants import BadVariant
+from envs.sandbox.limits import ResourceLimits
 
 log = logging.getLogger(__name__)
 
-
-class ProviderName(StrEnum):
-    LOCAL = "local"
-    DOCKER = "docker"
+DEFAULT_SCRATCH = Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
 
 
 @dataclass(frozen=True)
@@ -51,6 +48,27 @@ class SandboxTimeouts:
     """Restore the world copy to pristine."""
     health_s: float = 5.0
     """The health check's ping (``Sandbox.healthy``): a gateway that does not answer in time is replaced."""
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What every sandbox of one provider is like: the apps its gateway serves (default: every app) — the tool listing a
+    policy sees is exactly these apps' —, the known-bad tool ``variants`` put in front of them (``envs.mcp.variants``:
+    the de-risk stage's proof that it catches them), the resource ``limits`` on the code it runs, its ``timeouts``,
+    and the ``scratch`` folder its world copies live under."""
+
+    apps: Sequence[str] | None = None
+    variants: frozenset[BadVariant] = frozenset()
+    limits: ResourceLimits = field(default_factory=ResourceLimits.from_env)
+    timeouts: SandboxTimeouts = field(default_factory=SandboxTimeouts)
+    scratch: Path = DEFAULT_SCRATCH
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.apps or ()) - set(APP_NAMES))
+        if unknown:
+            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
+        object.__setattr__(self, "apps", tuple(self.apps) if self.apps else APP_NAMES)
+        object.__setattr__(self, "variants", frozenset(BadVariant(v) for v in self.variants))
 
 
 class SandboxError(RuntimeError):
@@ -72,8 +90,13 @@ class Sandbox(ABC):
             raise SandboxError(f"sandbox for {self.world_id} at {self.world_root} is closed")
         return self._held.client
 
-    async def open_client(self, client: GatewayClient) -> None:
-        """Enter ``client`` (launching its gateway) within ``timeouts.start_s``."""
+    async def open_gateway(self, command: list[str], env: dict[str, str], cwd: Path | None) -> None:
+        """Launch the stdio gateway ``command`` (in ``cwd``, with ``env`` added to its environment) and enter its
+        client within ``timeouts.start_s``: the one place that says how a sandbox's gateway is started
+        (``envs.mcp.client.gateway_command`` gives the command itself)."""
+        client = GatewayClient.for_command(
+            command, env=env, cwd=cwd, call_timeout_s=self.timeouts.call_s, start_timeout_s=self.timeouts.start_s
+        )
         self._held = await HeldClient.open(client, self.timeouts.start_s, what=f"gateway for {self.world_id}")
 
     async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
@@ -122,24 +145,11 @@ class Sandbox(ABC):
 
 class SandboxProvider(ABC):
     """Starts sandboxes on the worlds it knows (``world_root_by_id``: pristine world folders, never written), each
-    with a gateway serving ``apps`` (default: every app) — the tool listing a policy sees is exactly these apps'.
-    ``variants`` puts known-bad tool variants in front of the apps (``envs.mcp.variants``): the de-risk stage's
-    proof that it catches them."""
+    as ``options`` say (default: ``SandboxOptions()``)."""
 
-    def __init__(
-        self,
-        world_root_by_id: Mapping[str, Path],
-        timeouts: SandboxTimeouts | None = None,
-        apps: Sequence[str] | None = None,
-        variants: frozenset[BadVariant] = frozenset(),
-    ) -> None:
+    def __init__(self, world_root_by_id: Mapping[str, Path], options: SandboxOptions | None = None) -> None:
         self.world_root_by_id = dict(world_root_by_id)
-        self.timeouts = timeouts or SandboxTimeouts()
-        unknown = sorted(set(apps or ()) - set(APP_NAMES))
-        if unknown:
-            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
-        self.apps = tuple(apps) if apps else APP_NAMES
-        self.variants = frozenset(BadVariant(v) for v in variants)
+        self.options = options or SandboxOptions()
 
     def pristine(self, world_id: str) -> Path:
         if world_id not in self.world_root_by_id:
@@ -204,94 +214,3 @@ class HeldClient:
             await asyncio.wait({self._task}, timeout=timeout_s)
         if self._task.done() and not self._task.cancelled() and (error := self._task.exception()) is not None:
             log.warning("closing %s: %s: %s", self._task.get_name(), type(error).__name__, error)
-
-
-# --- the registry -----------------------------------------------------------------------------------------------------
-
-ProviderType = TypeVar("ProviderType", bound=type[SandboxProvider])
-PROVIDERS: dict[ProviderName, type[SandboxProvider]] = {}
-
-
-def register(name: ProviderName) -> Callable[[ProviderType], ProviderType]:
-    def add(cls: ProviderType) -> ProviderType:
-        if name in PROVIDERS:
-            raise ValueError(f"sandbox provider {name} is registered twice")
-        PROVIDERS[name] = cls
-        return cls
-
-    return add
-
-
-def make_provider(name: ProviderName | str, world_root_by_id: Mapping[str, Path], **options: Any) -> SandboxProvider:
-    """The provider ``name`` (``local`` or ``docker``) on ``world_root_by_id``; options go to its constructor."""
-    # The provider modules register themselves on import; importing here keeps the optional docker SDK lazy.
-    from envs.sandbox import docker, local  # noqa: F401
-
-    try:
-        key = ProviderName(name)
-    except ValueError:
-        raise ValueError(f"unknown sandbox provider {name!r}; providers are: {', '.join(ProviderName)}") from None
-    return PROVIDERS[key](world_root_by_id, **options)
-
-
-# --- the reaper -------------------------------------------------------------------------------------------------------
-
-
-class Reaper:
-    """Every live sandbox, killed synchronously at interpreter exit or on SIGTERM / SIGHUP, whatever else failed.
-
-    ``install`` chains to the signal handlers already present (and only replaces the defaults in the main thread), so
-    a host application keeps its own shutdown logic.
-    """
-
-    def __init__(self) -> None:
-        self._live: set[Sandbox] = set()
-        self._lock = threading.Lock()
-        self._installed = False
-
-    def track(self, sandbox: Sandbox) -> None:
-        with self._lock:
-            self._live.add(sandbox)
-        self.install()
-
-    def untrack(self, sandbox: Sandbox) -> None:
-        with self._lock:
-            self._live.discard(sandbox)
-
-    def live(self) -> list[Sandbox]:
-        with self._lock:
-            return list(self._live)
-
-    def reap(self) -> int:
-        """Kill every tracked sandbox; returns how many there were."""
-        with self._lock:
-            doomed, self._live = list(self._live), set()
-        for sandbox in doomed:
-            try:
-                sandbox.kill()
-            except Exception as error:  # one failure must not spare the others
-                log.warning("reaping sandbox %s: %s: %s", sandbox.world_root, type(error).__name__, error)
-        return len(doomed)
-
-    def install(self) -> None:
-        if self._installed:
-            return
-        self._installed = True
-        atexit.register(self.reap)
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGHUP):
-                signal.signal(signum, self._handler(signal.getsignal(signum)))
-
-    def _handler(self, previous: Any) -> Callable[[int, FrameType | None], None]:
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            self.reap()
-            if callable(previous):
-                previous(signum, frame)
-            elif previous != signal.SIG_IGN:  # the default action: die of the signal, as without us
-                signal.signal(signum, signal.SIG_DFL)
-                signal.raise_signal(signum)
-
-        return on_signal
-
-
-REAPER = Reaper()

@@ -1,8 +1,8 @@
 """The docker provider: one container per sandbox from ``docker/gateway.Dockerfile``, the world copy bind-mounted at
 ``/world``, the gateway over stdio with ``docker exec -i CONTAINER python -m envs.mcp.gateway --world /world``.
 
-The world copy lives on this host (``LocalProvider``'s ``WorldCopy``), so ``reset`` restores it in place exactly as
-the local provider does, and the container and its gateway keep running. The container has no network, a memory and
+The world copy lives on this host (``envs.sandbox.copy_backed``, as the local provider's does), so ``reset`` restores
+it in place and the container and its gateway keep running. The container has no network, a memory and
 process cap from ``ResourceLimits``, and runs as this host user so the copy stays writable and deletable here.
 
 The docker SDK is optional (``pip install rl-recipe[docker]``) and imported only when a sandbox starts; with no daemon
@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from envs.mcp.client import Transport, gateway_command
-from envs.mcp.variants import BadVariant
-from envs.sandbox.base import REAPER, ProviderName, Sandbox, SandboxError, SandboxProvider, SandboxTimeouts, register
-from envs.sandbox.limits import ResourceLimits
-from envs.sandbox.local import Pristine, WorldCopy, open_gateway
-from envs.scratch import owned_folder
+from envs.sandbox.base import SandboxError, SandboxOptions, SandboxTimeouts
+from envs.sandbox.copy_backed import CopyProvider, CopySandbox
+from envs.sandbox.world_copy import WorldCopy
 
 DEFAULT_IMAGE = "rl-recipe-gateway:latest"
 CONNECT_TIMEOUT_S = 5.0
@@ -52,79 +48,42 @@ def connect(timeout_s: float = CONNECT_TIMEOUT_S) -> Any:
     return client
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(CopySandbox):
     def __init__(self, world_id: str, copy: WorldCopy, container: Any, timeouts: SandboxTimeouts) -> None:
-        super().__init__(world_id, copy.root, timeouts)
-        self.copy, self.container = copy, container
+        super().__init__(world_id, copy, timeouts)
+        self.container = container
 
-    async def reset(self) -> None:
-        try:
-            await asyncio.wait_for(asyncio.to_thread(self.copy.restore), self.timeouts.reset_s)
-        except TimeoutError as error:
-            raise SandboxError(f"resetting {self.world_root} took over {self.timeouts.reset_s:g} s") from error
-
-    async def close(self) -> None:
-        try:
-            await self.close_client()
-        finally:
-            REAPER.untrack(self)
-            await asyncio.wait_for(asyncio.to_thread(self.kill), self.timeouts.teardown_s)
-
-    def kill(self) -> None:
+    def stop_processes(self) -> None:
         self.container.remove(force=True)  # ends the `docker exec` gateway with it
-        if self.world_root.exists():
-            self.copy.delete()
 
 
-@register(ProviderName.DOCKER)
-class DockerProvider(SandboxProvider):
-    """Sandboxes as containers of ``image`` on world copies under ``scratch``."""
+class DockerProvider(CopyProvider):
+    """Sandboxes as containers of ``image`` on world copies under ``options.scratch``."""
 
     def __init__(
-        self,
-        world_root_by_id: Mapping[str, Path],
-        timeouts: SandboxTimeouts | None = None,
-        limits: ResourceLimits | None = None,
-        scratch: Path | None = None,
-        apps: Sequence[str] | None = None,
-        image: str = DEFAULT_IMAGE,
-        variants: frozenset[BadVariant] = frozenset(),
+        self, world_root_by_id: Mapping[str, Path], options: SandboxOptions | None = None, image: str = DEFAULT_IMAGE
     ) -> None:
-        super().__init__(world_root_by_id, timeouts, apps, variants)
-        self.limits = limits or ResourceLimits.from_env()
-        self.scratch = scratch or Path(tempfile.gettempdir()) / "rl-recipe-sandboxes"
+        super().__init__(world_root_by_id, options)
         self.image = image
-        self._pristine: dict[str, Pristine] = {}
         self._docker: Any = None
 
     async def start(self, world_id: str) -> DockerSandbox:
-        pristine = self.pristine(world_id)
+        options = self.options
+        self.pristine(world_id)  # an unknown world fails before the daemon is asked
         if self._docker is None:
             self._docker = await asyncio.to_thread(connect)
-        if world_id not in self._pristine:
-            self._pristine[world_id] = await asyncio.to_thread(Pristine.scan, pristine.resolve())
-        root = (owned_folder(self.scratch) / f"{world_id}-{uuid.uuid4().hex[:12]}").resolve()
-        copy = await asyncio.wait_for(
-            asyncio.to_thread(WorldCopy.create, self._pristine[world_id], root), self.timeouts.start_s
-        )
+        copy = await self.copy_world(world_id)
         try:
-            container = await asyncio.wait_for(asyncio.to_thread(self._run, copy.root), self.timeouts.start_s)
+            container = await asyncio.wait_for(asyncio.to_thread(self._run, copy.root), options.timeouts.start_s)
         except BaseException:
             copy.delete()
             raise
-        sandbox = DockerSandbox(world_id, copy, container, self.timeouts)
-        REAPER.track(sandbox)
-        try:
-            command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO, apps=self.apps, variants=self.variants)
-            docker_exec = ["docker", "exec", "-i", container.id, "python", *command[1:]]
-            await sandbox.open_client(open_gateway(docker_exec, {}, None, self.timeouts))
-        except BaseException:
-            await sandbox.close()
-            raise
-        return sandbox
+        command = gateway_command(WORLD_IN_CONTAINER, Transport.STDIO, apps=options.apps, variants=options.variants)
+        docker_exec = ["docker", "exec", "-i", container.id, "python", *command[1:]]
+        return await DockerSandbox(world_id, copy, container, options.timeouts).launch(docker_exec, {}, None)
 
     def _run(self, world: Path) -> Any:
-        limits = self.limits
+        limits = self.options.limits
         return self._docker.containers.run(
             self.image,
             detach=True,

@@ -7,7 +7,7 @@ busy. The pool never hands out a sandbox it has not checked: a warm one must pas
 answers a ping) as it is handed out — one check covers a gateway that a rollout crashed and one that died while idle —
 and a sandbox that fails the check (``PoolStats.replaced``), or whose reset fails, is closed and replaced by a fresh
 one: one rollout that crashed its gateway cannot poison the rollouts after it. Every sandbox is also known to the
-process-wide ``REAPER`` (atexit, SIGTERM, SIGHUP), so none outlives the process.
+process-wide ``REAPER`` (``envs.sandbox.reaper``: atexit, SIGTERM, SIGHUP), so none outlives the process.
 
 Example::
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from envs.sandbox.base import REAPER, Sandbox, SandboxError, SandboxProvider
+from envs.sandbox.base import Sandbox, SandboxError, SandboxProvider
+from envs.sandbox.reaper import REAPER
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """Shared machinery of the task generators: drafts, ids and splits, oracle steps and rubric helpers.
 
-A domain generator turns a world's ``WorldFacts`` into ``TaskDraft``s (tier, prompt, rubric, oracle, files);
-``finalise`` numbers them (``<world_id>-<tier>-<nnnn>``) and assigns the split. Oracles only ever answer with values
-they read from tool outputs (``${name}``); the expected values in the rubrics come from the facts.
+A domain generator (a ``DomainTasks``: the shared toy tasks, then one builder per standard and deliverable task) turns
+a world's ``WorldFacts`` into ``TaskDraft``s (tier, prompt, rubric, oracle, files); ``finalise`` numbers them
+(``<world_id>-<tier>-<nnnn>``) and assigns the split. Oracles only ever answer with values they read from tool outputs
+(``${name}``); the expected values in the rubrics come from the facts.
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from envs.apps.sheets import format_value
 from envs.types import (
@@ -49,6 +54,29 @@ class TaskDraft:
     input_files: list[str] = field(default_factory=list)
     expected_outputs: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+TaskBuilder = Callable[[WorldFacts], TaskDraft]
+InputsT = TypeVar("InputsT", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class DomainTasks:
+    """A domain's generator: the shared toy tasks, then one task per builder, standard before deliverable (the order
+    numbers the task ids)."""
+
+    standard: tuple[TaskBuilder, ...]
+    deliverable: tuple[TaskBuilder, ...]
+
+    def __call__(self, facts: WorldFacts) -> list[TaskDraft]:
+        return toy_tasks(facts) + [build(facts) for build in (*self.standard, *self.deliverable)]
+
+
+def inputs_of(facts: WorldFacts, kind: type[InputsT]) -> InputsT:
+    """The world's model inputs, checked to be the domain's ``kind`` (a generator only knows its own domain's)."""
+    if not isinstance(facts.inputs, kind):
+        raise TypeError(f"{facts.world_id} is a {facts.domain} world: it has no {kind.__name__}")
+    return facts.inputs
 
 
 def split_of(task_id: str, world_id: str) -> Split:
@@ -213,6 +241,11 @@ def _number_or_text(value: str) -> float | str:
         return value
 
 
+def calendar_days(start: str, end: str) -> int:
+    """Calendar days from ISO date ``start`` to ISO date ``end`` (what ``days_between`` prints)."""
+    return (date.fromisoformat(end) - date.fromisoformat(start)).days
+
+
 def days_between(start: str, end: str) -> OracleStep:
     """Print the calendar days from saved date ``start`` to saved date ``end`` (ISO dates or date-times)."""
     return run_python(
@@ -286,4 +319,53 @@ def write_up_task(kind: WriteUp, path: str, title: str, lines: list[Line], guard
         oracle=Oracle(steps=steps, answer=f"Wrote the {kind} '{title}' to {path}: " + "; ".join(written)),
         input_files=sorted({*sources, path} if kind is WriteUp.SLIDE else sources),
         expected_outputs=[path],
+    )
+
+
+# --- CSV exports (cells copied into a new file, then summarised) -----------------------------------------------------
+
+
+class Aggregate(StrEnum):
+    SUM = "sum"
+    MEAN = "mean"
+
+
+_AGGREGATE_CODE = {
+    Aggregate.SUM: "print(round({terms}, 2))",
+    Aggregate.MEAN: "print(round(({terms}) / {count}, 4))",
+}
+
+
+@dataclass(frozen=True)
+class CsvExport:
+    """Cells of ``source`` written to ``path``: a ``header`` line, then one ``label,value`` line per row; each row is
+    (label, the name the oracle saves the value as, the cell)."""
+
+    path: str
+    header: str
+    rows: list[tuple[str, str, CellFact]]
+    source: str
+
+
+def export_task(export: CsvExport, prompt: str, aggregate: Aggregate) -> TaskDraft:
+    """A deliverable that exports cells to a CSV file and answers with their sum or mean, leaving the source as is."""
+    values = [float(cell.value) for _, _, cell in export.rows]
+    expected = sum(values) / len(values) if aggregate is Aggregate.MEAN else sum(values)
+    names = [name for _, name, _ in export.rows]
+    content = export.header + "\n" + "".join(f"{label},${{{name}}}\n" for label, name, _ in export.rows)
+    terms = " + ".join(f"${{{name}}}" for name in names)
+    return TaskDraft(
+        Tier.DELIVERABLE,
+        prompt,
+        [FileExists(path=export.path), numeric(expected), FileUnchanged(path=export.source)],
+        Oracle(
+            steps=[
+                *[read_cell(cell, name) for _, name, cell in export.rows],
+                OracleStep(tool="filesystem.write_file", args={"path": export.path, "content": content}),
+                run_python(_AGGREGATE_CODE[aggregate].format(terms=terms, count=len(names))),
+            ],
+            answer="${result}",
+        ),
+        [export.source],
+        [export.path],
     )

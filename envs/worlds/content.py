@@ -1,7 +1,9 @@
 """Shared building blocks of world content: name pools, people, dates, Excel rounding and the ``WorldContent`` spec.
 
 A domain module (``ib``, ``mc``, ``law``) turns a seeded ``random.Random`` into a ``WorldContent``: the specs of the
-files to render, the app data (mail, chat, calendar) and the ground-truth facts. Nothing here touches the disk.
+files to render, the app data (mail, chat, calendar) and the ground-truth facts. The parts every domain shapes the
+same way live here too: the pdf ``Report`` with its facts, the one-value ``ReferenceFile``s and the deck's title
+slide. Nothing here touches the disk.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from envs.worlds.facts import CellFact, DomainInputs, PdfFacts, Person, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, WorkbookSpec
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
 
 FIRST_NAMES = [
     "Amara", "Benedikt", "Chloe", "Dmitri", "Elena", "Farid", "Grace", "Hiroshi", "Ines", "Jonas", "Keisha", "Lorenzo",
@@ -80,10 +82,41 @@ class EventSpec:
     description: str
 
 
+@dataclass(frozen=True)
+class Report:
+    """The world's pdf report and the facts a task may ask about it."""
+
+    spec: PdfSpec
+    facts: PdfFacts
+
+
+def report(spec: PdfSpec, wrapped_sentence: str, wrapped_value: str, wrapped_label: str) -> Report:
+    """``spec`` with its facts: ``wrapped_sentence`` (part of the left column) states ``wrapped_value``; the page
+    numbers are those of ``render.write_pdf``'s layout (columns on page 2, the table on page 3)."""
+    facts = PdfFacts(
+        path=spec.path, columns_page=2, wrapped_sentence=wrapped_sentence, wrapped_value=wrapped_value,
+        wrapped_label=wrapped_label, table_page=3, table_header=spec.table[0], table_rows=spec.table[1:],
+    )  # fmt: skip
+    return Report(spec, facts)
+
+
+@dataclass(frozen=True)
+class ReferenceFile:
+    """A one-value text file (``reference/<name>.txt``) and the ``TextFact`` it holds, recorded under ``key``."""
+
+    key: str
+    label: str
+    path: str
+    value: str
+
+    def fact(self) -> TextFact:
+        return TextFact(label=self.label, source=self.path, value=self.value)
+
+
 @dataclass
 class WorldContent:
-    """Everything one world holds, before rendering. ``texts`` values sourced from apps use the spec's key
-    (``mail:<key>``); ``generate_world`` rewrites them to the assigned ids."""
+    """Everything one world holds, before rendering. ``texts`` are the facts beyond the reference files; values
+    sourced from apps use the spec's key (``mail:<key>``), which ``generate_world`` rewrites to the assigned ids."""
 
     client: str
     counterparty: str
@@ -93,9 +126,8 @@ class WorldContent:
     workbooks: list[WorkbookSpec]
     documents: list[DocSpec]
     decks: list[DeckSpec]
-    pdf: PdfSpec
-    pdf_facts: PdfFacts
-    text_files: dict[str, str]
+    report: Report
+    references: list[ReferenceFile]
     mail: list[MailSpec]
     chat: list[ChatSpec]
     events: list[EventSpec]
@@ -120,6 +152,12 @@ def make_people(rng: random.Random, roles: list[tuple[str, str]]) -> list[Person
     ]
 
 
+def email_domain(company: str, suffix: str) -> str:
+    """A company's mail domain: its first word, lower-cased, then ``suffix`` (Kestrel Capital, "capital.com" →
+    kestrelcapital.com)."""
+    return company.split()[0].lower() + suffix
+
+
 def base_day(rng: random.Random) -> date:
     """A Monday in March or April 2026: the day the world's story is set around."""
     return date(2026, 3, 2) + timedelta(weeks=rng.randrange(0, 6))
@@ -127,6 +165,11 @@ def base_day(rng: random.Random) -> date:
 
 def at(day: date, hour: int, minute: int = 0) -> datetime:
     return datetime.combine(day, time(hour, minute))
+
+
+def title_slide(title: str, adviser: str, client: str, day: date) -> SlideSpec:
+    """A deck's opening slide: the title, who prepared it for whom, and the date."""
+    return SlideSpec(title, [f"{adviser} for {client}", day.strftime("%d %B %Y")])
 
 
 def money(value: float, digits: int = 1) -> str:

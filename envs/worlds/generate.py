@@ -15,17 +15,19 @@ from pathlib import Path
 
 from envs.files import atomic_write_bytes
 from envs.types import Domain
-from envs.worlds import ib, law, mc
 from envs.worlds.content import WorldContent
 from envs.worlds.facts import ChatFact, EventFact, MessageFact, TextFact, WorldFacts
+from envs.worlds.ib import build as build_ib
+from envs.worlds.law import build as build_law
+from envs.worlds.mc import build as build_mc
 from envs.worlds.render import write_deck, write_document, write_json, write_pdf, write_workbook
 
 Builder = Callable[[str, random.Random], WorldContent]
 
 BUILDERS: dict[str, tuple[Domain, Builder]] = {
-    "ib": (Domain.INVESTMENT_BANKING, ib.build),
-    "mc": (Domain.MANAGEMENT_CONSULTING, mc.build),
-    "law": (Domain.CORPORATE_LAW, law.build),
+    "ib": (Domain.INVESTMENT_BANKING, build_ib),
+    "mc": (Domain.MANAGEMENT_CONSULTING, build_mc),
+    "law": (Domain.CORPORATE_LAW, build_law),
 }
 HELDOUT_WORLD_INDEX = 3
 """World 3 of every domain is held out: none of its tasks is ever trained on (worlds 4, 5, … train)."""
@@ -74,10 +76,12 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
         write_document(document, filesystem)
     for deck in content.decks:
         write_deck(deck, filesystem)
-    write_pdf(content.pdf, filesystem)
-    for path, text in content.text_files.items():
-        atomic_write_bytes(filesystem / path, (text + "\n").encode())
+    write_pdf(content.report.spec, filesystem)
+    for reference in content.references:
+        atomic_write_bytes(filesystem / reference.path, (reference.value + "\n").encode())
     messages, events, chats = _write_apps_data(content, dest)
+    # The reference files' facts come first: the toy tasks are drawn in this order.
+    texts = {reference.key: reference.fact() for reference in content.references} | content.texts
     return WorldFacts(
         world_id=world_id,
         domain=domain,
@@ -88,8 +92,8 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
         people=content.people,
         files=content.files,
         cells=content.cells,
-        texts={key: _resolve_source(fact, messages, events, chats) for key, fact in content.texts.items()},
-        pdf=content.pdf_facts,
+        texts={key: _resolve_source(fact, messages, events, chats) for key, fact in texts.items()},
+        pdf=content.report.facts,
         messages=messages,
         events=events,
         chats=chats,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
 from envs.worlds.content import (
     CITIES,
@@ -18,18 +18,23 @@ from envs.worlds.content import (
     ChatSpec,
     EventSpec,
     MailSpec,
+    ReferenceFile,
+    Report,
     SheetBuilder,
     WorldContent,
     at,
     base_day,
     company_names,
+    email_domain,
     excel_round,
     make_people,
     money,
     near_tie,
+    report,
+    title_slide,
 )
-from envs.worlds.facts import CellFact, IbInputs, PdfFacts, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SlideSpec, WorkbookSpec
+from envs.worlds.facts import CellFact, IbInputs, Person, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
 
 MODEL = "models/operating_model.xlsx"
 COMPS = "models/comps.xlsx"
@@ -146,11 +151,91 @@ def _has_tie(inputs: IbInputs) -> bool:
     return any(near_tie(p, 1) for p in products)
 
 
-def build(world_id: str, rng: random.Random) -> WorldContent:
+@dataclass(frozen=True)
+class Terms:
+    """Figures drawn after the model: the letter's fees, market data, the bid timetable and the overview's colour."""
+
+    fee_pct: float
+    min_fee: float
+    retainer: int
+    share_price: float
+    shares: float
+    fx: float
+    premium: int
+    largest_share: int
+    data_room_code: str
+    bid_deadline: date
+    sites: int
+    next_four_share: int
+    erp_year: int
+    utilisation: int
+    headcount: int
+
+
+def _draw_terms(rng: random.Random, codename: str, day0: date) -> Terms:
+    # Keyword arguments are evaluated in order: this order is the random stream's, so it fixes the world's bytes.
+    return Terms(
+        fee_pct=rng.choice([0.9, 1.0, 1.1, 1.25, 1.4]),
+        min_fee=float(rng.randrange(3, 9)),
+        retainer=rng.randrange(50, 151, 25),
+        share_price=round(rng.uniform(8, 60), 2),
+        shares=round(rng.uniform(20, 120), 1),
+        fx=round(rng.uniform(1.03, 1.15), 4),
+        premium=rng.randrange(20, 41),
+        largest_share=rng.randrange(14, 32),
+        data_room_code=f"{codename[:3].upper()}-{rng.randrange(1000, 9999)}",
+        bid_deadline=day0 + timedelta(days=rng.randrange(25, 40)),
+        sites=rng.randrange(4, 12),
+        next_four_share=rng.randrange(18, 30),
+        erp_year=2019 + rng.randrange(0, 5),
+        utilisation=rng.randrange(70, 95),
+        headcount=rng.randrange(600, 2400),
+    )
+
+
+@dataclass(frozen=True)
+class Deal:
+    """Who is on the deal, when, and its numbers: everything the world's files and messages quote.
+
+    ``people``: managing director, vice president, associate, analyst (the bank), the client's CFO, the seller's
+    banker.
+    """
+
+    client: str
+    target: str
+    customer: str
+    bank: str
+    people: list[Person]
+    codename: str
+    city: str
+    sector: str
+    day0: date
+    inputs: IbInputs
+    model: OperatingModel
+    multiples: list[float]
+    terms: Terms
+
+    @property
+    def project(self) -> str:
+        return f"Project {self.codename}"
+
+    @property
+    def ev(self) -> float:
+        return enterprise_value(self.inputs, self.model)
+
+    @property
+    def equity(self) -> float:
+        return clean(self.ev - self.inputs.net_debt)
+
+    @property
+    def comp_median(self) -> float:
+        return clean(median(self.multiples))
+
+
+def _draw_deal(rng: random.Random) -> Deal:
     client, target, customer, *comp_names = company_names(rng, 9, ["Holdings", "Group", "Industries", "Partners"])
     bank = company_names(rng, 1, ["Capital"])[0]
-    bank_domain = bank.split()[0].lower() + "capital.com"
-    client_domain = client.split()[0].lower() + ".com"
+    bank_domain, client_domain = email_domain(bank, "capital.com"), email_domain(client, ".com")
     people = make_people(
         rng,
         [
@@ -162,20 +247,49 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
             ("Sell-side Banker", "sellside-advisors.com"),
         ],
     )
-    md, vp, associate, analyst, cfo, seller = people
     codename = rng.choice(CODENAMES)
-    project = f"Project {codename}"
     city, sector = rng.choice(CITIES), rng.choice(SECTORS)
     day0 = base_day(rng)
     inputs = _sample_inputs(rng, comp_names[:6])
-    model = operating_model(inputs)
-    multiples = comps_multiples(inputs)
-    ev = enterprise_value(inputs, model)
-    equity = clean(ev - inputs.net_debt)
-    cells: dict[str, CellFact] = {}
+    return Deal(
+        client=client, target=target, customer=customer, bank=bank, people=people, codename=codename, city=city,
+        sector=sector, day0=day0, inputs=inputs, model=operating_model(inputs), multiples=comps_multiples(inputs),
+        terms=_draw_terms(rng, codename, day0),
+    )  # fmt: skip
 
+
+def build(world_id: str, rng: random.Random) -> WorldContent:
+    deal = _draw_deal(rng)
+    cells: dict[str, CellFact] = {}
+    model_sheets = [_assumptions_sheet(deal, cells), _model_sheet(deal, cells), _valuation_sheet(deal, cells)]
+    workbooks = [WorkbookSpec(MODEL, model_sheets), WorkbookSpec(COMPS, [_comps_sheet(deal, cells)])]
+    return WorldContent(
+        client=deal.client,
+        counterparty=deal.target,
+        project=deal.project,
+        people=deal.people,
+        files={"model": MODEL, "comps": COMPS, "memo": MEMO, "letter": LETTER, "report": REPORT, "deck": DECK},
+        workbooks=workbooks,
+        documents=[_memo(deal), _letter(deal)],
+        decks=[_board_deck(deal)],
+        report=_target_overview(deal),
+        references=_references(deal),
+        mail=_mail(deal),
+        chat=_chat(deal),
+        events=_events(deal),
+        cells=cells,
+        texts=_texts(deal),
+        inputs=deal.inputs,
+    )
+
+
+# --- the operating model and the comps workbook ----------------------------------------------------------------------
+
+
+def _assumptions_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
+    inputs = deal.inputs
     assumptions = SheetBuilder(MODEL, "Assumptions", cells)
-    assumptions.put("A1", f"{project} — model assumptions", bold=True)
+    assumptions.put("A1", f"{deal.project} — model assumptions", bold=True)
     assumptions.row(2, ["", *YEARS], bold=True)
     assumptions.put("A3", "Base revenue FY2025A (USD m)")
     assumptions.put("B3", inputs.base_revenue, fact="base_revenue", label="base revenue FY2025A", unit="USD m")
@@ -193,9 +307,13 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
     ]:
         assumptions.put(f"A{row}", label)
         assumptions.put(f"B{row}", value, fact=key, label=label)
+    return assumptions.spec({"A": 44})
 
+
+def _model_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
+    model = deal.model
     sheet = SheetBuilder(MODEL, "Model", cells)
-    sheet.put("A1", f"{project} — operating model (USD m)", bold=True)
+    sheet.put("A1", f"{deal.project} — operating model (USD m)", bold=True)
     sheet.row(3, ["USD m", *YEARS], bold=True)
     lines = [
         (4, "revenue", "Revenue", model.revenue),
@@ -234,132 +352,139 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
     sheet.put("A14", "Cumulative EBITDA FY2026E–FY2029E", bold=True)
     sheet.put("B14", "=SUM(C9:F9)", fact="cumulative_ebitda", label="cumulative EBITDA FY2026E–FY2029E",
               computed=cumulative, unit="USD m")  # fmt: skip
+    return sheet.spec({"A": 36})
 
+
+def _valuation_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
+    inputs = deal.inputs
     valuation = SheetBuilder(MODEL, "Valuation", cells)
-    valuation.put("A1", f"{project} — valuation (USD m)", bold=True)
+    valuation.put("A1", f"{deal.project} — valuation (USD m)", bold=True)
     for row, key, label, formula, value in [
-        (3, "valuation_ebitda", "FY2026E EBITDA", "=Model!C9", model.ebitda[1]),
+        (3, "valuation_ebitda", "FY2026E EBITDA", "=Model!C9", deal.model.ebitda[1]),
         (4, "valuation_multiple", "EV/EBITDA multiple", "=Assumptions!B8", inputs.multiple),
-        (5, "enterprise_value", "Enterprise value", "=ROUND(B3*B4,1)", ev),
+        (5, "enterprise_value", "Enterprise value", "=ROUND(B3*B4,1)", deal.ev),
         (6, "valuation_net_debt", "Net debt", "=Assumptions!B9", inputs.net_debt),
-        (7, "equity_value", "Equity value", "=B5-B6", equity),
+        (7, "equity_value", "Equity value", "=B5-B6", deal.equity),
     ]:
         valuation.put(f"A{row}", label)
         valuation.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    return valuation.spec({"A": 28})
 
+
+def _comps_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
+    multiples = deal.multiples
     comps = SheetBuilder(COMPS, "Comps", cells)
     comps.row(1, ["Company", "Ticker", "EV (USD m)", "EBITDA (USD m)", "EV/EBITDA (x)"], bold=True)
-    tickers = []
-    for offset, ((name, comp_ev, comp_ebitda), multiple) in enumerate(zip(inputs.comps, multiples, strict=True)):
+    for offset, ((name, comp_ev, comp_ebitda), multiple) in enumerate(zip(deal.inputs.comps, multiples, strict=True)):
         row = offset + 2
         ticker = name.split()[0][:4].upper()
-        tickers.append(ticker)
         comps.row(row, [name, ticker, comp_ev, comp_ebitda])
         comps.put(f"E{row}", f"=ROUND(C{row}/D{row},1)", fact=f"multiple_{ticker}", label=f"EV/EBITDA of {name}",
                   computed=multiple, unit="x")  # fmt: skip
-    comp_median, comp_mean = clean(median(multiples)), clean(sum(multiples) / len(multiples))
     for row, key, label, formula, value in [
-        (9, "comps_median", "Median", "=MEDIAN(E2:E7)", comp_median),
-        (10, "comps_mean", "Mean", "=AVERAGE(E2:E7)", comp_mean),
+        (9, "comps_median", "Median", "=MEDIAN(E2:E7)", deal.comp_median),
+        (10, "comps_mean", "Mean", "=AVERAGE(E2:E7)", clean(sum(multiples) / len(multiples))),
         (11, "comps_high", "High", "=MAX(E2:E7)", max(multiples)),
         (12, "comps_low", "Low", "=MIN(E2:E7)", min(multiples)),
     ]:
         comps.put(f"A{row}", label, bold=True)
         comps.put(f"E{row}", formula, fact=key, label=f"{label} EV/EBITDA of the comparables", computed=value, unit="x")
+    return comps.spec({"A": 26})
 
-    fee_pct, min_fee, retainer = (
-        rng.choice([0.9, 1.0, 1.1, 1.25, 1.4]),
-        float(rng.randrange(3, 9)),
-        rng.randrange(50, 151, 25),
-    )
-    share_price, shares = round(rng.uniform(8, 60), 2), round(rng.uniform(20, 120), 1)
-    fx = round(rng.uniform(1.03, 1.15), 4)
-    premium = rng.randrange(20, 41)
-    largest_share = rng.randrange(14, 32)
-    data_room_code = f"{codename[:3].upper()}-{rng.randrange(1000, 9999)}"
-    bid_deadline = day0 + timedelta(days=rng.randrange(25, 40))
-    rev26, ebitda26 = model.revenue[1], model.ebitda[1]
-    margin26 = f"{model.margin[1] * 100:.1f}"
 
-    memo = DocSpec(
+# --- documents, the target overview and the board deck ---------------------------------------------------------------
+
+
+def _memo(deal: Deal) -> DocSpec:
+    md = deal.people[0]
+    model, inputs, median_multiple = deal.model, deal.inputs, deal.comp_median
+    return DocSpec(
         MEMO,
-        f"Investment committee memo — {project}",
+        f"Investment committee memo — {deal.project}",
         [
-            f"To: Investment Committee. From: {md.name}, {bank}. Date: {day0.isoformat()}.",
-            f"We recommend that {client} submit a second-round bid for {target}, a {sector} business "
-            f"headquartered in {city}.",
-            f"Management's case shows FY2026E revenue of USD {rev26}m and EBITDA of USD {ebitda26}m, "
-            f"an EBITDA margin of {margin26}%.",
-            f"Trading comparables imply a median EV/EBITDA multiple of {comp_median}x. Applying {inputs.multiple}x to "
-            f"FY2026E EBITDA gives an enterprise value of USD {ev}m and, after net debt of USD {inputs.net_debt}m, "
-            f"an equity value of USD {equity}m.",
+            f"To: Investment Committee. From: {md.name}, {deal.bank}. Date: {deal.day0.isoformat()}.",
+            f"We recommend that {deal.client} submit a second-round bid for {deal.target}, a {deal.sector} business "
+            f"headquartered in {deal.city}.",
+            f"Management's case shows FY2026E revenue of USD {model.revenue[1]}m and EBITDA of USD {model.ebitda[1]}m, "
+            f"an EBITDA margin of {model.margin[1] * 100:.1f}%.",
+            f"Trading comparables imply a median EV/EBITDA multiple of {median_multiple}x. Applying {inputs.multiple}x "
+            f"to FY2026E EBITDA gives an enterprise value of USD {deal.ev}m and, after net debt of USD "
+            f"{inputs.net_debt}m, an equity value of USD {deal.equity}m.",
             [["USD m", *YEARS], ["Revenue", *map(str, model.revenue)], ["EBITDA", *map(str, model.ebitda)]],
             "Key risks: customer concentration, raw-material pricing and integration of the ERP system.",
         ],
     )
-    letter = DocSpec(
+
+
+def _letter(deal: Deal) -> DocSpec:
+    terms = deal.terms
+    return DocSpec(
         LETTER,
-        f"Engagement letter — {bank} and {client}",
+        f"Engagement letter — {deal.bank} and {deal.client}",
         [
-            f"{client} (the Company) engages {bank} as exclusive financial adviser on {project}, the proposed "
-            f"acquisition of {target}.",
-            f"Fees. A success fee equal to {fee_pct}% of the enterprise value of the transaction, subject to a minimum "
-            f"fee of USD {min_fee}m, payable on completion.",
-            f"Retainer. A monthly retainer of USD {retainer}k, credited against the success fee.",
+            f"{deal.client} (the Company) engages {deal.bank} as exclusive financial adviser on {deal.project}, the "
+            f"proposed acquisition of {deal.target}.",
+            f"Fees. A success fee equal to {terms.fee_pct}% of the enterprise value of the transaction, subject to a "
+            f"minimum fee of USD {terms.min_fee}m, payable on completion.",
+            f"Retainer. A monthly retainer of USD {terms.retainer}k, credited against the success fee.",
             "Term. Twelve months from the date of this letter, terminable by either party on 30 days' notice.",
         ],
     )
+
+
+def _target_overview(deal: Deal) -> Report:
+    target, city, terms, model = deal.target, deal.city, deal.terms, deal.model
     wrapped = (
-        f"The largest customer of {target}, {customer}, accounted for {largest_share} percent of FY2025 revenue "
-        f"under a supply agreement that runs until December 2028."
+        f"The largest customer of {target}, {deal.customer}, accounted for {terms.largest_share} percent of FY2025 "
+        f"revenue under a supply agreement that runs until December 2028."
     )
-    table_header = ["USD m", *YEARS]
-    table_rows = [
-        ["Revenue", *(money(v) for v in model.revenue)],
-        ["EBITDA", *(money(v) for v in model.ebitda)],
-        ["EBITDA margin (%)", *(f"{m * 100:.1f}" for m in model.margin)],
-    ]
-    pdf = PdfSpec(
+    spec = PdfSpec(
         REPORT,
-        f"{target} — target overview ({project})",
+        f"{target} — target overview ({deal.project})",
         [
-            f"This overview was prepared by {bank} for {client} from the management presentation and data room.",
-            f"{target} is a {sector} business headquartered in {city} with {rng.randrange(4, 12)} production sites.",
+            f"This overview was prepared by {deal.bank} for {deal.client} from the management presentation and data "
+            "room.",
+            f"{target} is a {deal.sector} business headquartered in {city} with {terms.sites} production sites.",
         ],
         "Business overview",
         [
             f"{target} sells to industrial and retail customers across Europe. {wrapped} The next four customers "
-            f"together represent a further {rng.randrange(18, 30)} percent of revenue.",
+            f"together represent a further {terms.next_four_share} percent of revenue.",
             "Pricing is set annually with pass-through clauses for energy and resin costs, which protected gross "
             "margin during the 2022 cost spike and supports the management case.",
             "The order book at year end covered roughly seven months of budgeted revenue.",
         ],
         [
-            f"Operations run on a shared ERP platform installed in {2019 + rng.randrange(0, 5)}, and the plant in "
-            f"{city} operates three shifts at {rng.randrange(70, 95)} percent utilisation.",
-            f"Headcount was {rng.randrange(600, 2400)} at the end of FY2025, of whom about a fifth work in "
+            f"Operations run on a shared ERP platform installed in {terms.erp_year}, and the plant in "
+            f"{city} operates three shifts at {terms.utilisation} percent utilisation.",
+            f"Headcount was {terms.headcount} at the end of FY2025, of whom about a fifth work in "
             "engineering, maintenance and quality roles across the network.",
             "Capital expenditure is expected to normalise at around four percent of revenue after the current "
             "expansion programme completes.",
         ],
         "Historical and projected financials",
-        [table_header, *table_rows],
+        [
+            ["USD m", *YEARS],
+            ["Revenue", *(money(v) for v in model.revenue)],
+            ["EBITDA", *(money(v) for v in model.ebitda)],
+            ["EBITDA margin (%)", *(f"{m * 100:.1f}" for m in model.margin)],
+        ],
     )
-    pdf_facts = PdfFacts(
-        path=REPORT, columns_page=2, wrapped_sentence=wrapped, wrapped_value=str(largest_share),
-        wrapped_label="percent of FY2025 revenue from the largest customer", table_page=3,
-        table_header=table_header, table_rows=table_rows,
-    )  # fmt: skip
-    deck = DeckSpec(
+    return report(spec, wrapped, str(terms.largest_share), "percent of FY2025 revenue from the largest customer")
+
+
+def _board_deck(deal: Deal) -> DeckSpec:
+    ebitda26, inputs = deal.model.ebitda[1], deal.inputs
+    return DeckSpec(
         DECK,
         [
-            SlideSpec(f"{project} — board update", [f"{bank} for {client}", day0.strftime("%d %B %Y")]),
+            title_slide(f"{deal.project} — board update", deal.bank, deal.client, deal.day0),
             SlideSpec(
                 "Key messages",
                 [
-                    f"{target}: FY2026E revenue USD {rev26}m, EBITDA USD {ebitda26}m",
-                    f"Comparable companies trade at a median {comp_median}x EV/EBITDA",
-                    f"Second-round bids are due on {bid_deadline.isoformat()}",
+                    f"{deal.target}: FY2026E revenue USD {deal.model.revenue[1]}m, EBITDA USD {ebitda26}m",
+                    f"Comparable companies trade at a median {deal.comp_median}x EV/EBITDA",
+                    f"Second-round bids are due on {deal.terms.bid_deadline.isoformat()}",
                 ],
             ),
             SlideSpec(
@@ -368,48 +493,56 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
                     ["Metric", "Value"],
                     ["FY2026E EBITDA (USD m)", str(ebitda26)],
                     ["EV/EBITDA multiple (x)", str(inputs.multiple)],
-                    ["Enterprise value (USD m)", str(ev)],
+                    ["Enterprise value (USD m)", str(deal.ev)],
                     ["Net debt (USD m)", str(inputs.net_debt)],
-                    ["Equity value (USD m)", str(equity)],
+                    ["Equity value (USD m)", str(deal.equity)],
                 ],
             ),
             SlideSpec("Next steps", ["Confirm financing structure", "Complete confirmatory due diligence"]),
         ],
     )
-    text_files = {
-        "reference/deal_codename.txt": project,
-        "reference/target_share_price_usd.txt": f"{share_price}",
-        "reference/target_diluted_shares_m.txt": f"{shares}",
-        "reference/fx_eur_usd.txt": f"{fx}",
-        "reference/bid_deadline.txt": bid_deadline.isoformat(),
-    }
-    texts = {
-        "deal_codename": TextFact(label="deal code name", source="reference/deal_codename.txt", value=project),
-        "share_price": TextFact(
-            label="target share price (USD)", source="reference/target_share_price_usd.txt", value=str(share_price)
-        ),
-        "diluted_shares": TextFact(
-            label="target diluted shares (millions)", source="reference/target_diluted_shares_m.txt", value=str(shares)
-        ),
-        "fx_eur_usd": TextFact(label="EUR/USD rate (USD per EUR)", source="reference/fx_eur_usd.txt", value=str(fx)),
-        "bid_deadline": TextFact(
-            label="second-round bid deadline", source="reference/bid_deadline.txt", value=bid_deadline.isoformat()
-        ),
-        "fee_pct": TextFact(label="success fee (% of EV)", source=LETTER, value=str(fee_pct)),
-        "min_fee": TextFact(label="minimum success fee (USD m)", source=LETTER, value=str(min_fee)),
-        "retainer": TextFact(label="monthly retainer (USD k)", source=LETTER, value=str(retainer)),
-        "memo_revenue": TextFact(label="FY2026E revenue in the memo", source=MEMO, value=str(rev26)),
-        "memo_ebitda": TextFact(label="FY2026E EBITDA in the memo", source=MEMO, value=str(ebitda26)),
-        "memo_ev": TextFact(label="enterprise value in the memo", source=MEMO, value=str(ev)),
-        "mail_net_debt": TextFact(
-            label="net debt at close (USD m)", source="mail:net_debt", value=str(inputs.net_debt)
-        ),
-        "control_premium": TextFact(label="control premium (%)", source="chat:premium", value=str(premium)),
-        "data_room_code": TextFact(label="data room access code", source="chat:data_room", value=data_room_code),
-        "customer": TextFact(label="largest customer", source=REPORT, value=customer),
-        "target": TextFact(label="target company", source=MEMO, value=target),
-    }
-    mail = [
+
+
+# --- facts stated outside the workbooks: reference files, documents, mail and chat ----------------------------------
+
+
+def _references(deal: Deal) -> list[ReferenceFile]:
+    terms = deal.terms
+    return [
+        ReferenceFile("deal_codename", "deal code name", "reference/deal_codename.txt", deal.project),
+        ReferenceFile("share_price", "target share price (USD)", "reference/target_share_price_usd.txt",
+                      str(terms.share_price)),
+        ReferenceFile("diluted_shares", "target diluted shares (millions)", "reference/target_diluted_shares_m.txt",
+                      str(terms.shares)),
+        ReferenceFile("fx_eur_usd", "EUR/USD rate (USD per EUR)", "reference/fx_eur_usd.txt", str(terms.fx)),
+        ReferenceFile("bid_deadline", "second-round bid deadline", "reference/bid_deadline.txt",
+                      terms.bid_deadline.isoformat()),
+    ]  # fmt: skip
+
+
+def _texts(deal: Deal) -> dict[str, TextFact]:
+    terms, model = deal.terms, deal.model
+    return {
+        "fee_pct": TextFact(label="success fee (% of EV)", source=LETTER, value=str(terms.fee_pct)),
+        "min_fee": TextFact(label="minimum success fee (USD m)", source=LETTER, value=str(terms.min_fee)),
+        "retainer": TextFact(label="monthly retainer (USD k)", source=LETTER, value=str(terms.retainer)),
+        "memo_revenue": TextFact(label="FY2026E revenue in the memo", source=MEMO, value=str(model.revenue[1])),
+        "memo_ebitda": TextFact(label="FY2026E EBITDA in the memo", source=MEMO, value=str(model.ebitda[1])),
+        "memo_ev": TextFact(label="enterprise value in the memo", source=MEMO, value=str(deal.ev)),
+        "mail_net_debt": TextFact(label="net debt at close (USD m)", source="mail:net_debt",
+                                  value=str(deal.inputs.net_debt)),
+        "control_premium": TextFact(label="control premium (%)", source="chat:premium", value=str(terms.premium)),
+        "data_room_code": TextFact(label="data room access code", source="chat:data_room",
+                                   value=terms.data_room_code),
+        "customer": TextFact(label="largest customer", source=REPORT, value=deal.customer),
+        "target": TextFact(label="target company", source=MEMO, value=deal.target),
+    }  # fmt: skip
+
+
+def _mail(deal: Deal) -> list[MailSpec]:
+    md, vp, associate, _, cfo, seller = deal.people
+    project, day0, deadline = deal.project, deal.day0, deal.terms.bid_deadline
+    return [
         MailSpec("model", "t01", "inbox", cfo.email, [md.email], at(day0 - timedelta(days=6), 9, 12),
                  f"{project}: updated management case",
                  f"Hi {md.name.split()[0]},\n\nAttached is the updated operating model with the management case.\n\n"
@@ -418,36 +551,48 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
                  f"RE: {project}: updated management case", "Thanks, the team is reviewing it today.",
                  cc=[vp.email]),
         MailSpec("comps", "t02", "inbox", vp.email, [md.email, associate.email], at(day0 - timedelta(days=5), 17, 5),
-                 "Comps refresh", f"Refreshed the trading comps (6 names). The median is {comp_median}x.",
+                 "Comps refresh", f"Refreshed the trading comps (6 names). The median is {deal.comp_median}x.",
                  attachments=[COMPS]),
         MailSpec("net_debt", "t03", "inbox", cfo.email, [md.email, vp.email], at(day0 - timedelta(days=4), 8, 30),
                  "Net debt at close",
-                 f"Our latest estimate of net debt at close is USD {inputs.net_debt}m, consistent with the model."),
+                 f"Our latest estimate of net debt at close is USD {deal.inputs.net_debt}m, consistent with the "
+                 "model."),
         MailSpec("memo", "t04", "inbox", associate.email, [md.email, vp.email], at(day0 - timedelta(days=3), 19, 20),
                  "IC memo draft", "Draft IC memo attached for your comments.", attachments=[MEMO]),
         MailSpec("memo_reply", "t04", "sent", md.email, [associate.email], at(day0 - timedelta(days=2), 7, 55),
                  "RE: IC memo draft", "Looks good. Please add the customer concentration point to the risks."),
         MailSpec("process", "t05", "inbox", seller.email, [md.email], at(day0 - timedelta(days=1), 15, 0),
-                 f"{target}: process letter",
-                 f"Second-round bids for {target} are due by {bid_deadline.isoformat()} at 17:00 CET. "
+                 f"{deal.target}: process letter",
+                 f"Second-round bids for {deal.target} are due by {deadline.isoformat()} at 17:00 CET. "
                  "The target overview is attached.", attachments=[REPORT]),
         MailSpec("letter", "t06", "inbox", cfo.email, [md.email], at(day0 - timedelta(days=1), 16, 45),
                  "Signed engagement letter", "Please find the countersigned engagement letter attached.",
                  attachments=[LETTER]),
     ]  # fmt: skip
-    chat = [
+
+
+def _chat(deal: Deal) -> list[ChatSpec]:
+    md, vp, associate, analyst, _, _ = deal.people
+    day0, terms = deal.day0, deal.terms
+    return [
         ChatSpec("model_path", "deal-team", analyst.name, at(day0, 8, 40), f"Model v3 is on the drive: {MODEL}"),
         ChatSpec("premium", "deal-team", vp.name, at(day0, 9, 5),
-                 f"For the offer price sensitivity use a {premium}% control premium over the current share price."),
+                 f"For the offer price sensitivity use a {terms.premium}% control premium over the current share "
+                 "price."),
         ChatSpec("data_room", "deal-team", associate.name, at(day0, 9, 30),
-                 f"Data room access code is {data_room_code}"),
+                 f"Data room access code is {terms.data_room_code}"),
         ChatSpec("deck", "deal-team", md.name, at(day0, 10, 15), f"Board deck is in {DECK}; keep it in sync."),
         ChatSpec("lunch", "general", analyst.name, at(day0, 12, 0), "Team lunch at 12:30 in the usual place."),
         ChatSpec("it", "general", associate.name, at(day0, 14, 10), "VPN maintenance tonight from 22:00."),
     ]  # fmt: skip
+
+
+def _events(deal: Deal) -> list[EventSpec]:
+    md, vp, associate, analyst, cfo, seller = deal.people
+    project, target, day0, deadline = deal.project, deal.target, deal.day0, deal.terms.bid_deadline
     team = [md.email, vp.email, associate.email, analyst.email]
     ic_day = day0 + timedelta(days=3)
-    events = [
+    return [
         EventSpec("client_call", f"{project} weekly client call", at(day0 + timedelta(days=1), 9),
                   at(day0 + timedelta(days=1), 9, 30), [*team, cfo.email], "Video call", "Weekly status update."),
         EventSpec("model_review", "Model review", at(day0 + timedelta(days=2), 16), at(day0 + timedelta(days=2), 17),
@@ -455,30 +600,8 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         EventSpec("ic", "Investment committee", at(ic_day, 14), at(ic_day, 15, 30), [md.email, vp.email],
                   "Board room", f"Present the IC memo for {project}."),
         EventSpec("mgmt", f"Management presentation — {target}", at(day0 + timedelta(days=8), 10),
-                  at(day0 + timedelta(days=8), 12), [*team, seller.email], f"{target} HQ, {city}",
+                  at(day0 + timedelta(days=8), 12), [*team, seller.email], f"{target} HQ, {deal.city}",
                   "Management presentation and site visit."),
-        EventSpec("deadline", "Second-round bid deadline", at(bid_deadline, 17), at(bid_deadline, 17, 30),
+        EventSpec("deadline", "Second-round bid deadline", at(deadline, 17), at(deadline, 17, 30),
                   [md.email, vp.email], "", f"Bids for {target} due."),
     ]  # fmt: skip
-    return WorldContent(
-        client=client,
-        counterparty=target,
-        project=project,
-        people=people,
-        files={"model": MODEL, "comps": COMPS, "memo": MEMO, "letter": LETTER, "report": REPORT, "deck": DECK},
-        workbooks=[
-            WorkbookSpec(MODEL, [assumptions.spec({"A": 44}), sheet.spec({"A": 36}), valuation.spec({"A": 28})]),
-            WorkbookSpec(COMPS, [comps.spec({"A": 26})]),
-        ],
-        documents=[memo, letter],
-        decks=[deck],
-        pdf=pdf,
-        pdf_facts=pdf_facts,
-        text_files=text_files,
-        mail=mail,
-        chat=chat,
-        events=events,
-        cells=cells,
-        texts=texts,
-        inputs=inputs,
-    )

@@ -17,18 +17,23 @@ from envs.worlds.content import (
     ChatSpec,
     EventSpec,
     MailSpec,
+    ReferenceFile,
+    Report,
     SheetBuilder,
     WorldContent,
     at,
     base_day,
     company_names,
+    email_domain,
     excel_round,
     make_people,
     money,
     near_tie,
+    report,
+    title_slide,
 )
-from envs.worlds.facts import CellFact, LawInputs, PdfFacts, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SlideSpec, WorkbookSpec
+from envs.worlds.facts import CellFact, LawInputs, Person, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
 
 REGISTER = "registers/contract_register.xlsx"
 BUDGET = "models/matter_budget.xlsx"
@@ -42,6 +47,8 @@ PHASES = ["Due diligence", "SPA negotiation", "Signing and closing", "Regulatory
 CONTRACT_TYPES = ["Master services agreement", "Supply agreement", "Licence", "Lease", "Distribution agreement"]
 STATUSES = ["Active", "Active", "Active", "Expired", "Under review"]
 GOVERNING_LAWS = ["England and Wales", "New York", "Delaware", "the Netherlands", "Ireland"]
+Contract = tuple[str, str, str, float, date, date, str, str]
+"""A contract register row: id, counterparty, type, annual value (USD k), start, end, status, change of control."""
 
 
 @dataclass(frozen=True)
@@ -118,10 +125,83 @@ def _rates(rng: random.Random) -> list[int]:
             rng.randrange(150, 260, 10)]  # fmt: skip
 
 
-def build(world_id: str, rng: random.Random) -> WorldContent:
+@dataclass(frozen=True)
+class Terms:
+    """Figures drawn after the workbooks: the deal terms, the timetable, the fee cap, reference values and the due
+    diligence report's colour."""
+
+    price: float
+    escrow_pct: float
+    escrow_months: int
+    cap_pct: int
+    governing_law: str
+    signing: date
+    long_stop: date
+    fee_cap: float
+    matter_number: str
+    notice_days: int
+    disputes: int
+    senior_managers: int
+
+
+def _draw_terms(rng: random.Random, day0: date, budget: MatterBudget) -> Terms:
+    # Drawn in the random stream's order (it fixes the world's bytes); the long-stop date follows the signing date.
+    price = float(rng.randrange(60, 900))
+    escrow_pct = rng.choice([5, 7.5, 10, 12.5])
+    escrow_months = rng.choice([12, 18, 24])
+    cap_pct = rng.choice([10, 20, 25, 30])
+    governing_law = rng.choice(GOVERNING_LAWS)
+    signing = day0 + timedelta(days=rng.randrange(10, 20))
+    return Terms(
+        price=price,
+        escrow_pct=escrow_pct,
+        escrow_months=escrow_months,
+        cap_pct=cap_pct,
+        governing_law=governing_law,
+        signing=signing,
+        long_stop=signing + timedelta(days=rng.randrange(90, 200)),
+        fee_cap=float(round(budget.with_contingency * rng.uniform(1.05, 1.3), -3)),
+        matter_number=f"{rng.randrange(10000, 99999)}-{rng.randrange(100, 999)}",
+        notice_days=rng.choice([30, 45, 60, 90, 120]),
+        disputes=rng.randrange(2, 6),
+        senior_managers=rng.randrange(5, 15),
+    )
+
+
+@dataclass(frozen=True)
+class Matter:
+    """Who works on the matter, when, and its numbers: everything the world's files and messages quote.
+
+    ``people``: partner, senior associate, associate, paralegal (the firm), the client's general counsel and the
+    sellers' counsel.
+    """
+
+    client: str
+    target: str
+    firm: str
+    people: list[Person]
+    project: str
+    day0: date
+    inputs: LawInputs
+    summary: RegisterSummary
+    budget: MatterBudget
+    terms: Terms
+
+    @property
+    def msa_party(self) -> str:
+        """The counterparty whose agreement the report's notice clause is about (the first with a change-of-control
+        clause)."""
+        return next((c for c in self.inputs.contracts if c[7] == "Yes"), self.inputs.contracts[0])[1]
+
+    @property
+    def largest_contracts(self) -> list[Contract]:
+        return sorted(self.inputs.contracts, key=lambda c: c[3], reverse=True)[:5]
+
+
+def _draw_matter(rng: random.Random) -> Matter:
     client, target, *counterparties = company_names(rng, 14, ["plc", "Ltd", "GmbH", "B.V.", "Inc."])
-    firm = f"{company_names(rng, 1, ['LLP'])[0]}"
-    firm_domain = firm.split()[0].lower() + "law.com"
+    firm = company_names(rng, 1, ["LLP"])[0]
+    firm_domain = email_domain(firm, "law.com")
     people = make_people(
         rng,
         [
@@ -129,23 +209,53 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
             ("Senior Associate", firm_domain),
             ("Associate", firm_domain),
             ("Paralegal", firm_domain),
-            ("Client General Counsel", client.split()[0].lower() + ".com"),
+            ("Client General Counsel", email_domain(client, ".com")),
             ("Seller's Counsel", "sellercounsel.com"),
         ],
     )
-    partner, senior, associate, paralegal, counsel, seller_counsel = people
     project = f"Project {rng.choice(CODENAMES)}"
     day0 = base_day(rng)
     inputs = _sample_inputs(rng, counterparties, day0)
-    summary = register_summary(inputs)
     budget = matter_budget(inputs)
-    cells: dict[str, CellFact] = {}
-    last = len(inputs.contracts) + 1
+    return Matter(
+        client=client, target=target, firm=firm, people=people, project=project, day0=day0, inputs=inputs,
+        summary=register_summary(inputs), budget=budget, terms=_draw_terms(rng, day0, budget),
+    )  # fmt: skip
 
+
+def build(world_id: str, rng: random.Random) -> WorldContent:
+    matter = _draw_matter(rng)
+    cells: dict[str, CellFact] = {}
+    register_sheets = [_contracts_sheet(matter, cells), _register_summary_sheet(matter, cells)]
+    budget_sheets = [_rates_sheet(matter, cells), _budget_sheet(matter, cells)]
+    return WorldContent(
+        client=matter.client,
+        counterparty=matter.target,
+        project=matter.project,
+        people=matter.people,
+        files={"register": REGISTER, "budget": BUDGET, "spa": SPA, "memo": MEMO, "report": REPORT, "deck": DECK},
+        workbooks=[WorkbookSpec(REGISTER, register_sheets), WorkbookSpec(BUDGET, budget_sheets)],
+        documents=[_share_purchase_agreement(matter), _memo(matter)],
+        decks=[_client_deck(matter)],
+        report=_due_diligence_report(matter),
+        references=_references(matter),
+        mail=_mail(matter),
+        chat=_chat(matter),
+        events=_events(matter),
+        cells=cells,
+        texts=_texts(matter),
+        inputs=matter.inputs,
+    )
+
+
+# --- the contract register and the matter budget ---------------------------------------------------------------------
+
+
+def _contracts_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
     contracts = SheetBuilder(REGISTER, "Contracts", cells)
     contracts.row(1, ["ID", "Counterparty", "Type", "Annual value (USD k)", "Start date", "End date", "Status",
                       "Change of control"], bold=True)  # fmt: skip
-    for offset, (cid, party, kind, value, start, end, status, coc) in enumerate(inputs.contracts):
+    for offset, (cid, party, kind, value, start, end, status, coc) in enumerate(matter.inputs.contracts):
         row = offset + 2
         contracts.row(row, [cid, party, kind])
         contracts.put(f"D{row}", value, fact=f"value_{cid}", label=f"annual value of {cid}", unit="USD k")
@@ -153,9 +263,13 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         contracts.put(f"F{row}", end, fact=f"end_{cid}", label=f"end date of {cid}", number_format="yyyy-mm-dd")
         contracts.put(f"G{row}", status, fact=f"status_{cid}", label=f"status of {cid}")
         contracts.put(f"H{row}", coc, fact=f"coc_{cid}", label=f"change-of-control clause in {cid}")
+    return contracts.spec({"B": 26, "C": 28})
 
+
+def _register_summary_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
+    summary, last = matter.summary, len(matter.inputs.contracts) + 1
     register = SheetBuilder(REGISTER, "Summary", cells)
-    register.put("A1", f"{project} — contract register summary", bold=True)
+    register.put("A1", f"{matter.project} — contract register summary", bold=True)
     for row, key, label, formula, value in [
         (3, "total_value", "Total annual value (USD k)", f"=SUM(Contracts!D2:D{last})", summary.total_value),
         (4, "active_count", "Active contracts", f'=COUNTIF(Contracts!G2:G{last},"Active")', summary.active),
@@ -169,12 +283,20 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
     ]:  # fmt: skip
         register.put(f"A{row}", label)
         register.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    return register.spec({"A": 48})
 
+
+def _rates_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
     rates = SheetBuilder(BUDGET, "Rates", cells)
     rates.row(1, ["Role", "Hourly rate (USD)"], bold=True)
-    for offset, (role, rate) in enumerate(inputs.rates):
+    for offset, (role, rate) in enumerate(matter.inputs.rates):
         rates.put(f"A{offset + 2}", role)
         rates.put(f"B{offset + 2}", rate, fact=f"rate_{role}", label=f"hourly rate of a {role}", unit="USD")
+    return rates.spec({"A": 20})
+
+
+def _budget_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
+    inputs, budget = matter.inputs, matter.budget
     sheet = SheetBuilder(BUDGET, "Budget", cells)
     sheet.row(1, ["Phase (hours)", *ROLES, "Cost (USD)"], bold=True)
     for offset, ((phase, hours), cost) in enumerate(zip(inputs.phases, budget.phase_costs, strict=True)):
@@ -193,61 +315,65 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
     sheet.put(f"A{total_row + 3}", "Total with contingency", bold=True)
     sheet.put(f"F{total_row + 3}", f"=ROUND(F{total_row}*(1+B{total_row + 2}),0)", fact="budget_with_contingency",
               label="total budget with contingency", computed=budget.with_contingency, unit="USD")  # fmt: skip
+    return sheet.spec({"A": 24})
 
-    price = float(rng.randrange(60, 900))
-    escrow_pct, escrow_months, cap_pct = (
-        rng.choice([5, 7.5, 10, 12.5]),
-        rng.choice([12, 18, 24]),
-        rng.choice([10, 20, 25, 30]),
-    )
-    governing_law = rng.choice(GOVERNING_LAWS)
-    signing = day0 + timedelta(days=rng.randrange(10, 20))
-    long_stop = signing + timedelta(days=rng.randrange(90, 200))
-    fee_cap = float(round(budget.with_contingency * rng.uniform(1.05, 1.3), -3))
-    matter_number = f"{rng.randrange(10000, 99999)}-{rng.randrange(100, 999)}"
-    notice_days = rng.choice([30, 45, 60, 90, 120])
-    msa_party = next((c for c in inputs.contracts if c[7] == "Yes"), inputs.contracts[0])[1]
-    by_value = sorted(inputs.contracts, key=lambda c: c[3], reverse=True)[:5]
 
-    spa = DocSpec(
+# --- documents, the due diligence report and the client deck ---------------------------------------------------------
+
+
+def _share_purchase_agreement(matter: Matter) -> DocSpec:
+    terms = matter.terms
+    return DocSpec(
         SPA,
-        f"Share purchase agreement — {target}",
+        f"Share purchase agreement — {matter.target}",
         [
-            f"This agreement is made between {client} (the Buyer) and the shareholders of {target} (the Sellers).",
-            f"1. Purchase price. The purchase price for the shares is USD {price}m, payable in cash at completion.",
-            f"2. Escrow. {escrow_pct}% of the purchase price is paid into escrow for {escrow_months} months.",
-            f"3. Limitation. The Sellers' aggregate liability under the warranties is capped at {cap_pct}% of the "
-            "purchase price.",
-            f"4. Long-stop date. If completion has not occurred by {long_stop.isoformat()}, either party may "
+            f"This agreement is made between {matter.client} (the Buyer) and the shareholders of {matter.target} (the "
+            "Sellers).",
+            f"1. Purchase price. The purchase price for the shares is USD {terms.price}m, payable in cash at "
+            "completion.",
+            f"2. Escrow. {terms.escrow_pct}% of the purchase price is paid into escrow for {terms.escrow_months} "
+            "months.",
+            f"3. Limitation. The Sellers' aggregate liability under the warranties is capped at {terms.cap_pct}% of "
+            "the purchase price.",
+            f"4. Long-stop date. If completion has not occurred by {terms.long_stop.isoformat()}, either party may "
             "terminate.",
-            f"5. Governing law. This agreement is governed by the law of {governing_law}.",
+            f"5. Governing law. This agreement is governed by the law of {terms.governing_law}.",
         ],
     )
-    memo = DocSpec(
+
+
+def _memo(matter: Matter) -> DocSpec:
+    partner, counsel = matter.people[0], matter.people[4]
+    summary, contracts = matter.summary, matter.inputs.contracts
+    return DocSpec(
         MEMO,
-        f"Advice memo — {project}",
+        f"Advice memo — {matter.project}",
         [
-            f"To: {counsel.name}, General Counsel, {client}. From: {partner.name}, {firm}. Date: {day0.isoformat()}.",
-            f"We reviewed {len(inputs.contracts)} material contracts of {target} with a total annual value of "
+            f"To: {counsel.name}, General Counsel, {matter.client}. From: {partner.name}, {matter.firm}. Date: "
+            f"{matter.day0.isoformat()}.",
+            f"We reviewed {len(contracts)} material contracts of {matter.target} with a total annual value of "
             f"USD {summary.total_value}k.",
             f"{summary.coc_count} contracts contain change-of-control clauses, with an annual value of "
             f"USD {summary.coc_value}k; counterparty consent should be a condition to completion.",
-            [["ID", "Counterparty", "Annual value (USD k)"], *[[c[0], c[1], str(c[3])] for c in by_value]],
+            [["ID", "Counterparty", "Annual value (USD k)"],
+             *[[c[0], c[1], str(c[3])] for c in matter.largest_contracts]],
             "We recommend a specific indemnity for the pending regulatory review.",
         ],
-    )
+    )  # fmt: skip
+
+
+def _due_diligence_report(matter: Matter) -> Report:
+    target, terms, msa_party = matter.target, matter.terms, matter.msa_party
     wrapped = (
-        f"The agreement with {msa_party} may be terminated by the counterparty on {notice_days} days' written notice "
-        f"following a change of control of {target}."
+        f"The agreement with {msa_party} may be terminated by the counterparty on {terms.notice_days} days' written "
+        f"notice following a change of control of {target}."
     )
-    table_header = ["ID", "Counterparty", "Annual value (USD k)", "End date"]
-    table_rows = [[c[0], c[1], money(c[3]), c[5].isoformat()] for c in by_value]
-    pdf = PdfSpec(
+    spec = PdfSpec(
         REPORT,
         f"Legal due diligence report — {target}",
         [
-            f"Prepared by {firm} for {client} in connection with {project}.",
-            f"The review covered {len(inputs.contracts)} material contracts disclosed in the data room.",
+            f"Prepared by {matter.firm} for {matter.client} in connection with {matter.project}.",
+            f"The review covered {len(matter.inputs.contracts)} material contracts disclosed in the data room.",
         ],
         "Material contracts",
         [
@@ -258,74 +384,90 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
             "Two licences are limited to named territories and would not extend to the Buyer's group.",
         ],
         [
-            f"The target is party to {rng.randrange(2, 6)} pending disputes, none of which is expected to exceed "
+            f"The target is party to {terms.disputes} pending disputes, none of which is expected to exceed "
             "the warranty de minimis threshold.",
-            f"Employment contracts for the {rng.randrange(5, 15)} senior managers contain six-month non-compete "
+            f"Employment contracts for the {terms.senior_managers} senior managers contain six-month non-compete "
             "covenants and retention arrangements tied to completion.",
             "Real estate is held on leases; no freehold property was identified.",
         ],
         "Largest contracts by annual value",
-        [table_header, *table_rows],
-    )
-    pdf_facts = PdfFacts(
-        path=REPORT, columns_page=2, wrapped_sentence=wrapped, wrapped_value=str(notice_days),
-        wrapped_label=f"notice period (days) in the agreement with {msa_party}", table_page=3,
-        table_header=table_header, table_rows=table_rows,
+        [["ID", "Counterparty", "Annual value (USD k)", "End date"],
+         *[[c[0], c[1], money(c[3]), c[5].isoformat()] for c in matter.largest_contracts]],
     )  # fmt: skip
-    deck = DeckSpec(
+    label = f"notice period (days) in the agreement with {msa_party}"
+    return report(spec, wrapped, str(terms.notice_days), label)
+
+
+def _client_deck(matter: Matter) -> DeckSpec:
+    summary, terms, budget = matter.summary, matter.terms, matter.budget
+    return DeckSpec(
         DECK,
         [
-            SlideSpec(f"{project} — client briefing", [f"{firm} for {client}", day0.strftime("%d %B %Y")]),
+            title_slide(f"{matter.project} — client briefing", matter.firm, matter.client, matter.day0),
             SlideSpec(
                 "Key findings",
                 [
                     f"{summary.coc_count} change-of-control contracts (USD {summary.coc_value}k a year)",
-                    f"Purchase price USD {price}m with {escrow_pct}% in escrow",
-                    f"Signing planned for {signing.isoformat()}",
+                    f"Purchase price USD {terms.price}m with {terms.escrow_pct}% in escrow",
+                    f"Signing planned for {terms.signing.isoformat()}",
                 ],
             ),
             SlideSpec(
                 "Matter budget",
                 table=[
                     ["Phase", "Cost (USD)"],
-                    *[[p, money(c, 0)] for (p, _), c in zip(inputs.phases, budget.phase_costs, strict=True)],
+                    *[[p, money(c, 0)] for (p, _), c in zip(matter.inputs.phases, budget.phase_costs, strict=True)],
                 ],
             ),
             SlideSpec("Next steps", ["Seek counterparty consents", "Finalise disclosure letter"]),
         ],
     )
-    text_files = {
-        "reference/matter_number.txt": matter_number,
-        "reference/governing_law.txt": governing_law,
-        "reference/client_name.txt": client,
-        "reference/signing_date.txt": signing.isoformat(),
-    }
-    texts = {
-        "matter_number": TextFact(label="matter number", source="reference/matter_number.txt", value=matter_number),
-        "governing_law": TextFact(label="governing law", source="reference/governing_law.txt", value=governing_law),
-        "client_name": TextFact(label="client", source="reference/client_name.txt", value=client),
-        "signing_date": TextFact(label="signing date", source="reference/signing_date.txt", value=signing.isoformat()),
-        "price": TextFact(label="purchase price (USD m)", source=SPA, value=str(price)),
-        "escrow_pct": TextFact(label="escrow (% of price)", source=SPA, value=str(escrow_pct)),
-        "escrow_months": TextFact(label="escrow period (months)", source=SPA, value=str(escrow_months)),
-        "cap_pct": TextFact(label="warranty cap (% of price)", source=SPA, value=str(cap_pct)),
-        "long_stop": TextFact(label="long-stop date", source=SPA, value=long_stop.isoformat()),
+
+
+# --- facts stated outside the workbooks: reference files, documents and mail -----------------------------------------
+
+
+def _references(matter: Matter) -> list[ReferenceFile]:
+    terms = matter.terms
+    return [
+        ReferenceFile("matter_number", "matter number", "reference/matter_number.txt", terms.matter_number),
+        ReferenceFile("governing_law", "governing law", "reference/governing_law.txt", terms.governing_law),
+        ReferenceFile("client_name", "client", "reference/client_name.txt", matter.client),
+        ReferenceFile("signing_date", "signing date", "reference/signing_date.txt", terms.signing.isoformat()),
+    ]
+
+
+def _texts(matter: Matter) -> dict[str, TextFact]:
+    terms, summary = matter.terms, matter.summary
+    return {
+        "price": TextFact(label="purchase price (USD m)", source=SPA, value=str(terms.price)),
+        "escrow_pct": TextFact(label="escrow (% of price)", source=SPA, value=str(terms.escrow_pct)),
+        "escrow_months": TextFact(label="escrow period (months)", source=SPA, value=str(terms.escrow_months)),
+        "cap_pct": TextFact(label="warranty cap (% of price)", source=SPA, value=str(terms.cap_pct)),
+        "long_stop": TextFact(label="long-stop date", source=SPA, value=terms.long_stop.isoformat()),
         "memo_total_value": TextFact(label="total annual value in the memo", source=MEMO,
                                      value=str(summary.total_value)),
         "memo_coc_value": TextFact(label="change-of-control value in the memo", source=MEMO,
                                    value=str(summary.coc_value)),
-        "fee_cap": TextFact(label="agreed fee cap (USD)", source="mail:fee_cap", value=str(fee_cap)),
-        "msa_party": TextFact(label="counterparty with the notice clause", source=REPORT, value=msa_party),
+        "fee_cap": TextFact(label="agreed fee cap (USD)", source="mail:fee_cap", value=str(terms.fee_cap)),
+        "msa_party": TextFact(label="counterparty with the notice clause", source=REPORT, value=matter.msa_party),
     }  # fmt: skip
-    mail = [
+
+
+def _mail(matter: Matter) -> list[MailSpec]:
+    partner, senior, associate, paralegal, counsel, seller_counsel = matter.people
+    project, target, day0 = matter.project, matter.target, matter.day0
+    return [
         MailSpec("instruction", "t01", "inbox", counsel.email, [partner.email], at(day0 - timedelta(days=12), 9, 0),
-                 f"{project}: instruction", f"We would like you to act for {client} on the acquisition of {target}."),
+                 f"{project}: instruction",
+                 f"We would like you to act for {matter.client} on the acquisition of {target}."),
         MailSpec("instruction_reply", "t01", "sent", partner.email, [counsel.email],
                  at(day0 - timedelta(days=12), 11, 20), f"RE: {project}: instruction",
-                 f"Thank you. Our matter number is {matter_number}; the budget follows.", attachments=[BUDGET]),
+                 f"Thank you. Our matter number is {matter.terms.matter_number}; the budget follows.",
+                 attachments=[BUDGET]),
         MailSpec("fee_cap", "t01", "inbox", counsel.email, [partner.email], at(day0 - timedelta(days=11), 8, 45),
                  f"RE: RE: {project}: instruction",
-                 f"Budget noted. Our board has approved a fee cap of USD {fee_cap:,.0f} for this matter."),
+                 f"Budget noted. Our board has approved a fee cap of USD {matter.terms.fee_cap:,.0f} for this matter."),
         MailSpec("register", "t02", "inbox", paralegal.email, [senior.email, associate.email],
                  at(day0 - timedelta(days=6), 17, 30), "Contract register updated",
                  "The register now covers every contract in the data room.", attachments=[REGISTER]),
@@ -335,43 +477,31 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         MailSpec("report", "t04", "inbox", senior.email, [partner.email], at(day0 - timedelta(days=1), 21, 10),
                  "DD report final", "Final due diligence report attached.", attachments=[REPORT]),
     ]  # fmt: skip
-    chat = [
+
+
+def _chat(matter: Matter) -> list[ChatSpec]:
+    partner, senior, associate, paralegal, _, _ = matter.people
+    day0 = matter.day0
+    return [
         ChatSpec("register_path", "matter-team", paralegal.name, at(day0, 9, 0), f"Register is at {REGISTER}"),
         ChatSpec("consents", "matter-team", partner.name, at(day0, 9, 40),
                  "Please prioritise the change-of-control consents before signing."),
         ChatSpec("budget", "matter-team", senior.name, at(day0, 10, 30), f"Budget model: {BUDGET}"),
         ChatSpec("printer", "office", associate.name, at(day0, 13, 15), "The 4th floor printer is fixed."),
     ]  # fmt: skip
+
+
+def _events(matter: Matter) -> list[EventSpec]:
+    partner, senior, associate, _, counsel, seller_counsel = matter.people
+    day0, signing, firm = matter.day0, matter.terms.signing, matter.firm
     team = [partner.email, senior.email, associate.email]
-    events = [
+    return [
         EventSpec("dd_call", "Due diligence call", at(day0 + timedelta(days=1), 11), at(day0 + timedelta(days=1), 12),
                   [*team, counsel.email], "Video call", "Walk through the red-flag issues."),
         EventSpec("negotiation", "SPA negotiation meeting", at(day0 + timedelta(days=4), 10),
                   at(day0 + timedelta(days=4), 16), [*team, seller_counsel.email], f"{firm} offices", "Full day."),
-        EventSpec("board", f"{client} board call", at(day0 + timedelta(days=6), 17), at(day0 + timedelta(days=6), 18),
-                  [partner.email, counsel.email], "Video call", "Approval to sign."),
+        EventSpec("board", f"{matter.client} board call", at(day0 + timedelta(days=6), 17),
+                  at(day0 + timedelta(days=6), 18), [partner.email, counsel.email], "Video call", "Approval to sign."),
         EventSpec("signing", "Signing", at(signing, 15), at(signing, 16), [*team, counsel.email, seller_counsel.email],
-                  f"{firm} offices", f"Signing of the SPA for {target}."),
+                  f"{firm} offices", f"Signing of the SPA for {matter.target}."),
     ]  # fmt: skip
-    return WorldContent(
-        client=client,
-        counterparty=target,
-        project=project,
-        people=people,
-        files={"register": REGISTER, "budget": BUDGET, "spa": SPA, "memo": MEMO, "report": REPORT, "deck": DECK},
-        workbooks=[
-            WorkbookSpec(REGISTER, [contracts.spec({"B": 26, "C": 28}), register.spec({"A": 48})]),
-            WorkbookSpec(BUDGET, [rates.spec({"A": 20}), sheet.spec({"A": 24})]),
-        ],
-        documents=[spa, memo],
-        decks=[deck],
-        pdf=pdf,
-        pdf_facts=pdf_facts,
-        text_files=text_files,
-        mail=mail,
-        chat=chat,
-        events=events,
-        cells=cells,
-        texts=texts,
-        inputs=inputs,
-    )

@@ -10,25 +10,30 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 
 from envs.worlds.content import (
     CODENAMES,
     ChatSpec,
     EventSpec,
     MailSpec,
+    ReferenceFile,
+    Report,
     SheetBuilder,
     WorldContent,
     at,
     base_day,
     company_names,
+    email_domain,
     excel_round,
     make_people,
     money,
     near_tie,
+    report,
+    title_slide,
 )
-from envs.worlds.facts import CellFact, McInputs, PdfFacts, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SlideSpec, WorkbookSpec
+from envs.worlds.facts import CellFact, McInputs, Person, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
 
 SURVEY = "data/customer_survey.xlsx"
 SIZING = "models/market_sizing.xlsx"
@@ -146,11 +151,65 @@ def _sample_inputs(rng: random.Random) -> McInputs:
             return inputs
 
 
-def build(world_id: str, rng: random.Random) -> WorldContent:
+@dataclass(frozen=True)
+class Terms:
+    """Figures drawn after the workbooks: the statement of work's fees, shopper panel results, reference values and
+    the market study's colour."""
+
+    weekly_fee: int
+    weeks: int
+    expenses: int
+    switch_now: int
+    switch_before: int
+    share_gain: int
+    engagement_code: str
+    store_count: int
+    fieldwork_end: date
+    competitor_stores: int
+    online_share: int
+
+
+def _draw_terms(rng: random.Random, day0: date) -> Terms:
+    # Keyword arguments are evaluated in order: this order is the random stream's, so it fixes the world's bytes.
+    return Terms(
+        weekly_fee=rng.randrange(60, 181, 5),
+        weeks=rng.randrange(6, 15),
+        expenses=rng.choice([8, 10, 12, 15]),
+        switch_now=rng.randrange(21, 39),
+        switch_before=rng.randrange(9, 20),
+        share_gain=rng.randrange(2, 6),
+        engagement_code=f"ENG-{rng.randrange(10000, 99999)}",
+        store_count=rng.randrange(80, 600),
+        fieldwork_end=day0 - timedelta(days=rng.randrange(10, 25)),
+        competitor_stores=rng.randrange(12, 40),
+        online_share=rng.randrange(18, 35),
+    )
+
+
+@dataclass(frozen=True)
+class Engagement:
+    """Who works on the engagement, when, and its numbers: everything the world's files and messages quote.
+
+    ``people``: partner, engagement manager, consultant, analyst (the firm), the client's COO and head of strategy.
+    """
+
+    client: str
+    competitor: str
+    firm: str
+    people: list[Person]
+    project: str
+    category: str
+    day0: date
+    inputs: McInputs
+    summary: SurveySummary
+    sizing: MarketSizing
+    terms: Terms
+
+
+def _draw_engagement(rng: random.Random) -> Engagement:
     client, competitor = company_names(rng, 2, ["Retail", "Brands", "Foods", "Outfitters"])
     firm = company_names(rng, 1, ["Consulting"])[0]
-    firm_domain = firm.split()[0].lower() + "consulting.com"
-    client_domain = client.split()[0].lower() + ".com"
+    firm_domain, client_domain = email_domain(firm, "consulting.com"), email_domain(client, ".com")
     people = make_people(
         rng,
         [
@@ -162,28 +221,62 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
             ("Client Head of Strategy", client_domain),
         ],
     )
-    partner, manager, consultant, analyst, coo, strategy = people
     project = f"Project {rng.choice(CODENAMES)}"
     category = rng.choice(CATEGORIES)
     day0 = base_day(rng)
     inputs = _sample_inputs(rng)
-    summary = survey_summary(inputs)
-    sizing = market_sizing(inputs)
-    cells: dict[str, CellFact] = {}
-    last = len(inputs.responses) + 1
+    return Engagement(
+        client=client, competitor=competitor, firm=firm, people=people, project=project, category=category, day0=day0,
+        inputs=inputs, summary=survey_summary(inputs), sizing=market_sizing(inputs), terms=_draw_terms(rng, day0),
+    )  # fmt: skip
 
+
+def build(world_id: str, rng: random.Random) -> WorldContent:
+    job = _draw_engagement(rng)
+    cells: dict[str, CellFact] = {}
+    survey_sheets = [_responses_sheet(job, cells), _summary_sheet(job, cells)]
+    sizing_sheets = [_inputs_sheet(job, cells), _sizing_sheet(job, cells)]
+    workbooks = [WorkbookSpec(SURVEY, survey_sheets), WorkbookSpec(SIZING, sizing_sheets)]
+    return WorldContent(
+        client=job.client,
+        counterparty=job.competitor,
+        project=job.project,
+        people=job.people,
+        files={"survey": SURVEY, "sizing": SIZING, "memo": MEMO, "sow": SOW, "report": REPORT, "deck": DECK},
+        workbooks=workbooks,
+        documents=[_memo(job), _statement_of_work(job)],
+        decks=[_interim_deck(job)],
+        report=_market_study(job),
+        references=_references(job),
+        mail=_mail(job),
+        chat=_chat(job),
+        events=_events(job),
+        cells=cells,
+        texts=_texts(job),
+        inputs=job.inputs,
+    )
+
+
+# --- the survey and market-sizing workbooks --------------------------------------------------------------------------
+
+
+def _responses_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
     responses = SheetBuilder(SURVEY, "Responses", cells)
     responses.row(1, ["Respondent", "Region", "Segment", "Satisfaction (1-10)", "Likelihood to recommend (0-10)",
                       "Monthly spend (USD)"], bold=True)  # fmt: skip
-    for offset, row in enumerate(inputs.responses):
+    for offset, row in enumerate(job.inputs.responses):
         number = offset + 2
         responses.row(number, list(row[:3]))
         responses.put(f"D{number}", row[3], fact=f"satisfaction_{row[0]}", label=f"satisfaction of {row[0]}")
         responses.put(f"E{number}", row[4], fact=f"recommend_{row[0]}", label=f"likelihood to recommend of {row[0]}")
         responses.put(f"F{number}", row[5], fact=f"spend_{row[0]}", label=f"monthly spend of {row[0]}", unit="USD")
+    return responses.spec({"A": 12, "E": 30})
 
+
+def _summary_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
+    summary, last = job.summary, len(job.inputs.responses) + 1
     survey = SheetBuilder(SURVEY, "Summary", cells)
-    survey.put("A1", f"{project} — customer survey summary", bold=True)
+    survey.put("A1", f"{job.project} — customer survey summary", bold=True)
     for row, key, label, formula, value in [
         (3, "responses", "Responses", f"=COUNT(Responses!D2:D{last})", summary.responses),
         (4, "avg_satisfaction", "Average satisfaction", f"=ROUND(AVERAGE(Responses!D2:D{last}),2)",
@@ -210,9 +303,13 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         survey.put(f"A{row}", segment)
         survey.put(f"B{row}", f'=COUNTIF(Responses!C2:C{last},"{segment}")', fact=f"responses_{segment}",
                    label=f"{segment} respondents", computed=summary.segment_counts[segment])  # fmt: skip
+    return survey.spec({"A": 30})
 
+
+def _inputs_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
+    inputs = job.inputs
     assumptions = SheetBuilder(SIZING, "Inputs", cells)
-    assumptions.put("A1", f"{project} — market sizing inputs ({category})", bold=True)
+    assumptions.put("A1", f"{job.project} — market sizing inputs ({job.category})", bold=True)
     for row, key, label, value in [
         (3, "households_m", "Households (millions)", inputs.households_m),
         (4, "category_share", "Share of households buying the category", inputs.category_share),
@@ -223,9 +320,13 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
     ]:
         assumptions.put(f"A{row}", label)
         assumptions.put(f"B{row}", value, fact=key, label=label)
+    return assumptions.spec({"A": 44})
 
+
+def _sizing_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
+    sizing = job.sizing
     model = SheetBuilder(SIZING, "Sizing", cells)
-    model.put("A1", f"{project} — market sizing (USD m)", bold=True)
+    model.put("A1", f"{job.project} — market sizing (USD m)", bold=True)
     for row, key, label, formula, value in [
         (3, "tam", "Total addressable market (TAM)", "=ROUND(Inputs!B3*Inputs!B4*Inputs!B5,1)", sizing.tam),
         (4, "sam", "Premium segment (SAM)", "=ROUND(B3*Inputs!B6,1)", sizing.sam),
@@ -240,50 +341,62 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         formula = f"=ROUND({YEAR_COLUMNS[index - 1]}9*(1+Inputs!$B$8),1)" if index else "=B3"
         model.put(f"{column}9", formula, fact=f"tam_{year}", label=f"TAM {year}", computed=sizing.tam_by_year[index],
                   unit="USD m")  # fmt: skip
+    return model.spec({"A": 44})
 
-    weekly_fee, weeks, expenses = rng.randrange(60, 181, 5), rng.randrange(6, 15), rng.choice([8, 10, 12, 15])
-    switch_now, switch_before = rng.randrange(21, 39), rng.randrange(9, 20)
-    share_gain = rng.randrange(2, 6)
-    engagement_code = f"ENG-{rng.randrange(10000, 99999)}"
-    store_count = rng.randrange(80, 600)
-    fieldwork_end = day0 - timedelta(days=rng.randrange(10, 25))
 
-    memo = DocSpec(
+# --- documents, the market study and the interim deck ----------------------------------------------------------------
+
+
+def _region_table(summary: SurveySummary) -> list[list[str]]:
+    """Responses and average satisfaction per region, as the memo and the deck show them."""
+    return [["Region", "Responses", "Average satisfaction"],
+            *[[r, str(summary.region_counts[r]), str(summary.region_satisfaction[r])] for r in REGIONS]]  # fmt: skip
+
+
+def _memo(job: Engagement) -> DocSpec:
+    summary, sizing, client = job.summary, job.sizing, job.client
+    return DocSpec(
         MEMO,
-        f"Steering committee memo — {project}",
+        f"Steering committee memo — {job.project}",
         [
-            f"To: {client} steering committee. From: {partner.name}, {firm}. Date: {day0.isoformat()}.",
+            f"To: {client} steering committee. From: {job.people[0].name}, {job.firm}. Date: {job.day0.isoformat()}.",
             f"The customer survey ({summary.responses} responses) gives an average satisfaction of "
             f"{summary.avg_satisfaction} out of 10 and a net promoter score of {summary.nps}.",
-            f"We size the {category} market at USD {sizing.tam}m, of which the premium segment is USD {sizing.sam}m. "
-            f"{client}'s premium revenue is USD {sizing.som}m.",
-            [["Region", "Responses", "Average satisfaction"],
-             *[[r, str(summary.region_counts[r]), str(summary.region_satisfaction[r])] for r in REGIONS]],
-            f"Recommendation: prioritise the premium segment, where {competitor} is gaining share.",
+            f"We size the {job.category} market at USD {sizing.tam}m, of which the premium segment is USD "
+            f"{sizing.sam}m. {client}'s premium revenue is USD {sizing.som}m.",
+            _region_table(summary),
+            f"Recommendation: prioritise the premium segment, where {job.competitor} is gaining share.",
         ],
-    )  # fmt: skip
-    sow = DocSpec(
+    )
+
+
+def _statement_of_work(job: Engagement) -> DocSpec:
+    terms = job.terms
+    return DocSpec(
         SOW,
-        f"Statement of work — {firm} and {client}",
+        f"Statement of work — {job.firm} and {job.client}",
         [
-            f"{firm} will support {client} on {project}: a growth strategy for the {category} business.",
-            f"Fees. A weekly fee of USD {weekly_fee}k for {weeks} weeks.",
-            f"Expenses. Travel and other expenses are billed at {expenses}% of fees.",
+            f"{job.firm} will support {job.client} on {job.project}: a growth strategy for the {job.category} "
+            "business.",
+            f"Fees. A weekly fee of USD {terms.weekly_fee}k for {terms.weeks} weeks.",
+            f"Expenses. Travel and other expenses are billed at {terms.expenses}% of fees.",
             "Deliverables. Market sizing, customer research, and a prioritised growth plan.",
         ],
     )
+
+
+def _market_study(job: Engagement) -> Report:
+    terms, category, client = job.terms, job.category, job.client
     wrapped = (
         f"Among premium shoppers in the panel, the share who switched their main {category} retailer in the past "
-        f"year rose to {switch_now} percent, up from {switch_before} percent a year earlier."
+        f"year rose to {terms.switch_now} percent, up from {terms.switch_before} percent a year earlier."
     )
-    table_header = ["USD m", *YEARS]
-    table_rows = [["TAM", *(money(v) for v in sizing.tam_by_year)]]
-    pdf = PdfSpec(
+    spec = PdfSpec(
         REPORT,
         f"The {category} market — market study for {client}",
         [
-            f"This study was prepared by {firm} for {client} as part of {project}.",
-            f"It combines a panel of shoppers, {summary.responses} customer interviews and public market data.",
+            f"This study was prepared by {job.firm} for {client} as part of {job.project}.",
+            f"It combines a panel of shoppers, {job.summary.responses} customer interviews and public market data.",
         ],
         "Shopper behaviour",
         [
@@ -294,24 +407,25 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
             "Premium shoppers cite product range and staff expertise as the main reasons to stay.",
         ],
         [
-            f"{competitor} opened {rng.randrange(12, 40)} stores last year and now advertises heavily in regional "
-            "television and social media campaigns.",
-            f"Online penetration of the category reached {rng.randrange(18, 35)} percent of sales, with the "
+            f"{job.competitor} opened {terms.competitor_stores} stores last year and now advertises heavily in "
+            "regional television and social media campaigns.",
+            f"Online penetration of the category reached {terms.online_share} percent of sales, with the "
             "fastest growth among younger households in urban areas.",
             "Private-label ranges account for a growing share of the value segment, pressuring branded suppliers.",
         ],
         "Market size",
-        [table_header, *table_rows],
+        [["USD m", *YEARS], ["TAM", *(money(v) for v in job.sizing.tam_by_year)]],
     )
-    pdf_facts = PdfFacts(
-        path=REPORT, columns_page=2, wrapped_sentence=wrapped, wrapped_value=str(switch_now),
-        wrapped_label="percent of premium shoppers who switched retailer in the past year", table_page=3,
-        table_header=table_header, table_rows=table_rows,
-    )  # fmt: skip
-    deck = DeckSpec(
+    label = "percent of premium shoppers who switched retailer in the past year"
+    return report(spec, wrapped, str(terms.switch_now), label)
+
+
+def _interim_deck(job: Engagement) -> DeckSpec:
+    summary = job.summary
+    return DeckSpec(
         DECK,
         [
-            SlideSpec(f"{project} — interim findings", [f"{firm} for {client}", day0.strftime("%d %B %Y")]),
+            title_slide(f"{job.project} — interim findings", job.firm, job.client, job.day0),
             SlideSpec(
                 "What customers told us",
                 [
@@ -320,41 +434,46 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
                     f"Average monthly spend USD {summary.avg_spend}",
                 ],
             ),
-            SlideSpec(
-                "Satisfaction by region",
-                table=[
-                    ["Region", "Responses", "Average satisfaction"],
-                    *[[r, str(summary.region_counts[r]), str(summary.region_satisfaction[r])] for r in REGIONS],
-                ],
-            ),
+            SlideSpec("Satisfaction by region", table=_region_table(summary)),
             SlideSpec("Next steps", ["Validate sizing with the client's finance team", "Prepare the growth plan"]),
         ],
     )
-    text_files = {
-        "reference/engagement_code.txt": engagement_code,
-        "reference/client_store_count.txt": str(store_count),
-        "reference/survey_fieldwork_end.txt": fieldwork_end.isoformat(),
-        "reference/project_name.txt": project,
-    }
-    texts = {
-        "engagement_code": TextFact(label="engagement code", source="reference/engagement_code.txt",
-                                    value=engagement_code),
-        "store_count": TextFact(label="client store count", source="reference/client_store_count.txt",
-                                value=str(store_count)),
-        "fieldwork_end": TextFact(label="survey fieldwork end date", source="reference/survey_fieldwork_end.txt",
-                                  value=fieldwork_end.isoformat()),
-        "project_name": TextFact(label="project name", source="reference/project_name.txt", value=project),
-        "weekly_fee": TextFact(label="weekly fee (USD k)", source=SOW, value=str(weekly_fee)),
-        "weeks": TextFact(label="engagement length (weeks)", source=SOW, value=str(weeks)),
-        "expenses_pct": TextFact(label="expenses (% of fees)", source=SOW, value=str(expenses)),
+
+
+# --- facts stated outside the workbooks: reference files, documents and chat -----------------------------------------
+
+
+def _references(job: Engagement) -> list[ReferenceFile]:
+    terms = job.terms
+    return [
+        ReferenceFile("engagement_code", "engagement code", "reference/engagement_code.txt", terms.engagement_code),
+        ReferenceFile("store_count", "client store count", "reference/client_store_count.txt",
+                      str(terms.store_count)),
+        ReferenceFile("fieldwork_end", "survey fieldwork end date", "reference/survey_fieldwork_end.txt",
+                      terms.fieldwork_end.isoformat()),
+        ReferenceFile("project_name", "project name", "reference/project_name.txt", job.project),
+    ]  # fmt: skip
+
+
+def _texts(job: Engagement) -> dict[str, TextFact]:
+    terms, summary, sizing = job.terms, job.summary, job.sizing
+    return {
+        "weekly_fee": TextFact(label="weekly fee (USD k)", source=SOW, value=str(terms.weekly_fee)),
+        "weeks": TextFact(label="engagement length (weeks)", source=SOW, value=str(terms.weeks)),
+        "expenses_pct": TextFact(label="expenses (% of fees)", source=SOW, value=str(terms.expenses)),
         "memo_nps": TextFact(label="net promoter score in the memo", source=MEMO, value=str(summary.nps)),
         "memo_tam": TextFact(label="TAM in the memo", source=MEMO, value=str(sizing.tam)),
         "memo_som": TextFact(label="client premium revenue in the memo", source=MEMO, value=str(sizing.som)),
         "share_gain": TextFact(label="target premium share gain (percentage points)", source="chat:share_gain",
-                               value=str(share_gain)),
-        "competitor": TextFact(label="main competitor", source=MEMO, value=competitor),
+                               value=str(terms.share_gain)),
+        "competitor": TextFact(label="main competitor", source=MEMO, value=job.competitor),
     }  # fmt: skip
-    mail = [
+
+
+def _mail(job: Engagement) -> list[MailSpec]:
+    partner, manager, consultant, analyst, coo, strategy = job.people
+    project, day0 = job.project, job.day0
+    return [
         MailSpec("sow", "t01", "inbox", strategy.email, [partner.email], at(day0 - timedelta(days=9), 10, 5),
                  f"{project}: signed statement of work", "Signed SOW attached. Looking forward to the kick-off.",
                  attachments=[SOW]),
@@ -362,32 +481,44 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
                  f"RE: {project}: signed statement of work", "Thank you, we will send the kick-off agenda shortly."),
         MailSpec("survey", "t02", "inbox", coo.email, [manager.email], at(day0 - timedelta(days=7), 16, 20),
                  "Customer survey results",
-                 f"The survey closed on {fieldwork_end.isoformat()}; raw responses attached.",
+                 f"The survey closed on {job.terms.fieldwork_end.isoformat()}; raw responses attached.",
                  cc=[partner.email], attachments=[SURVEY]),
         MailSpec("survey_reply", "t02", "sent", manager.email, [coo.email], at(day0 - timedelta(days=7), 17, 45),
                  "RE: Customer survey results", "Thanks, we will summarise them for the steering committee."),
         MailSpec("sizing", "t03", "inbox", consultant.email, [manager.email, partner.email],
                  at(day0 - timedelta(days=4), 18, 10), "Market sizing v2",
-                 f"Updated sizing attached: TAM USD {sizing.tam}m.", attachments=[SIZING]),
+                 f"Updated sizing attached: TAM USD {job.sizing.tam}m.", attachments=[SIZING]),
         MailSpec("memo", "t04", "inbox", manager.email, [partner.email], at(day0 - timedelta(days=2), 20, 0),
                  "SteerCo memo draft", "Draft memo for Thursday attached.", attachments=[MEMO]),
         MailSpec("study", "t05", "inbox", analyst.email, [manager.email], at(day0 - timedelta(days=1), 11, 15),
                  "Market study PDF", "The final market study from the research team.", attachments=[REPORT]),
     ]  # fmt: skip
-    chat = [
+
+
+def _chat(job: Engagement) -> list[ChatSpec]:
+    partner, manager, consultant, analyst, _, _ = job.people
+    day0 = job.day0
+    return [
         ChatSpec("survey_path", "case-team", analyst.name, at(day0, 8, 50), f"Survey data is in {SURVEY}"),
         ChatSpec("share_gain", "case-team", partner.name, at(day0, 9, 20),
-                 f"The client's ambition is to gain {share_gain} percentage points of premium share by 2029."),
+                 f"The client's ambition is to gain {job.terms.share_gain} percentage points of premium share by "
+                 "2029."),
         ChatSpec("sizing_note", "case-team", consultant.name, at(day0, 10, 0),
                  f"Sizing model is {SIZING}; inputs on the Inputs sheet."),
         ChatSpec("deck", "case-team", manager.name, at(day0, 11, 30), f"Interim deck: {DECK}"),
         ChatSpec("coffee", "office", analyst.name, at(day0, 15, 0), "New coffee machine on floor 3."),
     ]  # fmt: skip
+
+
+def _events(job: Engagement) -> list[EventSpec]:
+    partner, manager, consultant, analyst, coo, strategy = job.people
+    day0, weeks = job.day0, job.terms.weeks
     team = [partner.email, manager.email, consultant.email, analyst.email]
     steerco_day = day0 + timedelta(days=3)
-    events = [
-        EventSpec("kickoff", f"{project} kick-off", at(day0 - timedelta(days=8), 10), at(day0 - timedelta(days=8), 12),
-                  [*team, coo.email, strategy.email], f"{client} HQ", "Engagement kick-off."),
+    return [
+        EventSpec("kickoff", f"{job.project} kick-off", at(day0 - timedelta(days=8), 10),
+                  at(day0 - timedelta(days=8), 12), [*team, coo.email, strategy.email], f"{job.client} HQ",
+                  "Engagement kick-off."),
         EventSpec("interviews", "Customer interviews", at(day0 + timedelta(days=1), 13),
                   at(day0 + timedelta(days=1), 17), [consultant.email, analyst.email], "Store visits", "Four stores."),
         EventSpec("steerco", "Steering committee", at(steerco_day, 15), at(steerco_day, 16, 30),
@@ -397,25 +528,3 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
         EventSpec("readout", "Final readout", at(day0 + timedelta(days=7 * weeks // 2), 14),
                   at(day0 + timedelta(days=7 * weeks // 2), 15), [partner.email, coo.email], "Board room", ""),
     ]  # fmt: skip
-    return WorldContent(
-        client=client,
-        counterparty=competitor,
-        project=project,
-        people=people,
-        files={"survey": SURVEY, "sizing": SIZING, "memo": MEMO, "sow": SOW, "report": REPORT, "deck": DECK},
-        workbooks=[
-            WorkbookSpec(SURVEY, [responses.spec({"A": 12, "E": 30}), survey.spec({"A": 30})]),
-            WorkbookSpec(SIZING, [assumptions.spec({"A": 44}), model.spec({"A": 44})]),
-        ],
-        documents=[memo, sow],
-        decks=[deck],
-        pdf=pdf,
-        pdf_facts=pdf_facts,
-        text_files=text_files,
-        mail=mail,
-        chat=chat,
-        events=events,
-        cells=cells,
-        texts=texts,
-        inputs=inputs,
-    )

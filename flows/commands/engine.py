@@ -14,10 +14,10 @@ import argparse
 
 def _engine_serve(args: argparse.Namespace) -> int:
     from trainer.engine import EngineConfig
-    from trainer.engine.server import serve
+    from trainer.engine.server import ServeOptions, serve
 
     config = EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile)
-    serve(args.model, args.host, args.port, served_model_name=args.served_model_name, config=config)
+    serve(args.model, ServeOptions(args.host, args.port, served_model_name=args.served_model_name), config)
     return 0
 
 

@@ -43,7 +43,7 @@ _PREFIXED_SOURCES = ("apex", "harbor", "jsonl", "data")
 
 
 def _task_source(text: str, split: str, worlds: str | None, limit: int | None):
-    from evals.runner import SourceKind, TaskSource
+    from evals.sources import SourceKind, TaskSource
 
     if text == SourceKind.BUNDLED_TERMINAL.value:
         return TaskSource(kind=SourceKind.BUNDLED_TERMINAL, limit=limit)
@@ -60,7 +60,8 @@ def _eval_run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from evals.report import fmt_estimate
-    from evals.runner import EngineSpec, EvalSpec, HarnessOverrides, run_eval
+    from evals.runner import run_eval
+    from evals.spec import EngineSpec, EvalSpec, HarnessOverrides
 
     spec = EvalSpec(
         tasks=_task_source(args.tasks, args.split, args.worlds, args.limit),
@@ -106,11 +107,11 @@ def _eval_run(args: argparse.Namespace) -> int:
 
 def _eval_mcq(args: argparse.Namespace) -> int:
     from envs.files import atomic_write_text
-    from evals.mcq import BUNDLED_MCQ, McqApi, load_mcq, run_mcq
+    from evals.mcq import BUNDLED_MCQ, McqApi, McqConfig, load_mcq, run_mcq
     from evals.report import fmt_estimate
 
     rows = load_mcq(Path(args.file) if args.file else BUNDLED_MCQ)
-    result = run_mcq(rows, args.engine_url, args.model, args.passes, args.temperature, api=McqApi(args.api))
+    result = run_mcq(rows, McqConfig(args.engine_url, args.model, args.passes, args.temperature, api=McqApi(args.api)))
     console.print(
         f"MCQ accuracy {fmt_estimate(result.accuracy)} over {result.passes} passes of {result.n_questions} questions "
         f"(no answer extracted: {result.no_answer_rate:.1%})"
@@ -122,7 +123,7 @@ def _eval_mcq(args: argparse.Namespace) -> int:
 
 def _eval_report(args: argparse.Namespace) -> int:
     from evals.report import write_report
-    from evals.runner import load_eval
+    from evals.run_folder import load_eval
 
     runs = [load_eval(Path(folder)) for folder in args.dirs]
     baseline = load_eval(Path(args.baseline)) if args.baseline else None

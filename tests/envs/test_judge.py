@@ -18,16 +18,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from envs.graders import JudgeVerdict
-from envs.judge import (
-    JudgeConfig,
-    JudgeError,
-    JudgeFailure,
-    LlmJudgeClient,
-    backoff_delay_s,
-    classify_status,
-    parse_retry_after,
-    parse_verdict,
-)
+from envs.judge import JudgeConfig, JudgeError, LlmJudgeClient, parse_verdict
+from envs.openai_http import ApiFailure, backoff_delay_s, classify_status, parse_retry_after
 
 KEYS = ["sk-alpha-0001", "sk-bravo-0002", "sk-charlie-0003"]
 VALID = '{"passed": true, "reason": "revenue stated"}'
@@ -146,7 +138,7 @@ def test_429_with_retry_after_waits_then_succeeds(serve) -> None:
     assert _judge(client) == JudgeVerdict(passed=True, reason="revenue stated")
     assert time.monotonic() - started >= 0.3  # the header, not the 10 ms jitter, set the wait
     metrics = client.metrics()
-    assert (metrics.attempts, metrics.retries_by_class) == (2, {JudgeFailure.RATE_LIMITED: 1})
+    assert (metrics.attempts, metrics.retries_by_class) == (2, {ApiFailure.RATE_LIMITED: 1})
     assert len(server.bodies) == 2
 
 
@@ -160,7 +152,7 @@ def test_retry_after_is_capped_by_backoff_max(serve) -> None:
 def test_500_then_success(serve) -> None:
     server, client = serve([Reply(status=500, raw="oops"), Reply(status=503, raw="busy"), Reply()])
     assert _judge(client).passed
-    assert client.metrics().retries_by_class == {JudgeFailure.SERVER_ERROR: 2}
+    assert client.metrics().retries_by_class == {ApiFailure.SERVER_ERROR: 2}
     assert len(server.bodies) == 3
 
 
@@ -169,7 +161,7 @@ def test_slow_reply_times_out_then_success(serve) -> None:
     started = time.monotonic()
     assert _judge(client).passed
     assert time.monotonic() - started < 1.2  # did not wait for the slow reply
-    assert client.metrics().retries_by_class == {JudgeFailure.TIMEOUT: 1}
+    assert client.metrics().retries_by_class == {ApiFailure.TIMEOUT: 1}
 
 
 def test_connection_refused_exhausts_attempts() -> None:
@@ -181,9 +173,9 @@ def test_connection_refused_exhausts_attempts() -> None:
     )
     with LlmJudgeClient(config) as client, pytest.raises(JudgeError) as info:
         _judge(client)
-    assert (info.value.failure, info.value.attempts) == (JudgeFailure.CONNECTION, 3)
-    assert client.metrics().retries_by_class == {JudgeFailure.CONNECTION: 2}
-    assert client.metrics().failures_by_class == {JudgeFailure.CONNECTION: 1}
+    assert (info.value.failure, info.value.attempts) == (ApiFailure.CONNECTION, 3)
+    assert client.metrics().retries_by_class == {ApiFailure.CONNECTION: 2}
+    assert client.metrics().failures_by_class == {ApiFailure.CONNECTION: 1}
 
 
 # --- malformed replies -----------------------------------------------------------------------------------------------
@@ -204,22 +196,22 @@ def test_malformed_every_time_raises_after_max_attempts(serve) -> None:
     server, client = serve([Reply(content='{"passed": "yes", "reason": "x"}')], max_attempts=3)
     with pytest.raises(JudgeError) as info:
         _judge(client)
-    assert (info.value.failure, info.value.attempts, len(server.bodies)) == (JudgeFailure.MALFORMED_RESPONSE, 3, 3)
+    assert (info.value.failure, info.value.attempts, len(server.bodies)) == (ApiFailure.MALFORMED_RESPONSE, 3, 3)
 
 
 def test_body_that_is_not_a_chat_completion_is_malformed(serve) -> None:
     _, client = serve([Reply(raw="<html>gateway</html>"), Reply(raw='{"choices": []}'), Reply()])
     assert _judge(client).passed
-    assert client.metrics().retries_by_class == {JudgeFailure.MALFORMED_RESPONSE: 2}
+    assert client.metrics().retries_by_class == {ApiFailure.MALFORMED_RESPONSE: 2}
 
 
 # --- not retried -----------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("status", "failure"), [(401, JudgeFailure.AUTH), (403, JudgeFailure.AUTH), (400, JudgeFailure.BAD_REQUEST)]
+    ("status", "failure"), [(401, ApiFailure.AUTH), (403, ApiFailure.AUTH), (400, ApiFailure.BAD_REQUEST)]
 )
-def test_client_errors_are_not_retried(serve, status: int, failure: JudgeFailure) -> None:
+def test_client_errors_are_not_retried(serve, status: int, failure: ApiFailure) -> None:
     server, client = serve([Reply(status=status, raw='{"error": "no"}'), Reply()])
     with pytest.raises(JudgeError) as info:
         _judge(client)
@@ -314,7 +306,7 @@ def test_judge_criteria_raises_the_failure(serve) -> None:
     _, client = serve([Reply(), Reply(status=401, raw="{}")], max_concurrency=1)
     with pytest.raises(JudgeError) as info:
         client.judge_criteria("task", ["a", "b"], "x", "")
-    assert info.value.failure is JudgeFailure.AUTH
+    assert info.value.failure is ApiFailure.AUTH
 
 
 def test_sync_judge_works_inside_a_running_loop_and_async_api(serve) -> None:
@@ -364,14 +356,14 @@ def test_parse_verdict(content: str, expected: JudgeVerdict | None) -> None:
 def test_classify_status() -> None:
     assert [classify_status(code) for code in (200, 400, 401, 403, 404, 408, 429, 500, 502)] == [
         None,
-        JudgeFailure.BAD_REQUEST,
-        JudgeFailure.AUTH,
-        JudgeFailure.AUTH,
-        JudgeFailure.BAD_REQUEST,
-        JudgeFailure.TIMEOUT,
-        JudgeFailure.RATE_LIMITED,
-        JudgeFailure.SERVER_ERROR,
-        JudgeFailure.SERVER_ERROR,
+        ApiFailure.BAD_REQUEST,
+        ApiFailure.AUTH,
+        ApiFailure.AUTH,
+        ApiFailure.BAD_REQUEST,
+        ApiFailure.TIMEOUT,
+        ApiFailure.RATE_LIMITED,
+        ApiFailure.SERVER_ERROR,
+        ApiFailure.SERVER_ERROR,
     ]
 
 
@@ -394,6 +386,6 @@ def test_backoff_full_jitter_bounds() -> None:
 
 
 def test_judge_error_pickles() -> None:
-    error = pickle.loads(pickle.dumps(JudgeError(JudgeFailure.TIMEOUT, "no reply within 1s", 3)))
-    assert (error.failure, error.message, error.attempts) == (JudgeFailure.TIMEOUT, "no reply within 1s", 3)
+    error = pickle.loads(pickle.dumps(JudgeError(ApiFailure.TIMEOUT, "no reply within 1s", 3)))
+    assert (error.failure, error.message, error.attempts) == (ApiFailure.TIMEOUT, "no reply within 1s", 3)
     assert str(error) == "[timeout] no reply within 1s (after 3 attempt(s))"

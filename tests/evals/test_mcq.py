@@ -12,6 +12,7 @@ from envs.net import serve_in_thread
 from evals.mcq import (
     BUNDLED_MCQ,
     McqApi,
+    McqConfig,
     McqEngineError,
     McqLoadError,
     extract_choice,
@@ -139,7 +140,7 @@ def engine_url():
 def test_run_mcq_accuracy_over_passes(engine_url, api):
     rows = load_mcq(BUNDLED_MCQ)[:4]
     with_two = sum("2" in r.question for r in rows)
-    result = run_mcq(rows, engine_url, "m", passes=2, temperature=0.0, api=api)
+    result = run_mcq(rows, McqConfig(engine_url, "m", passes=2, temperature=0.0, api=api))
     # pass 0: 4/4 right; pass 1: only the questions with a "2" in them.
     assert result.accuracy_by_pass == [1.0, with_two / 4]
     assert 0 < with_two < 4
@@ -151,4 +152,4 @@ def test_run_mcq_accuracy_over_passes(engine_url, api):
 
 def test_run_mcq_raises_on_engine_errors(engine_url):
     with pytest.raises(McqEngineError, match="HTTP 404"):
-        run_mcq(load_mcq(BUNDLED_MCQ)[:1], engine_url + "/missing", "m", passes=1)
+        run_mcq(load_mcq(BUNDLED_MCQ)[:1], McqConfig(engine_url + "/missing", "m", passes=1))

@@ -25,21 +25,11 @@ from envs.harness.tools import LocalToolSession
 from envs.loaders import save_jsonl
 from envs.net import serve_in_thread
 from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Tier
-from evals.runner import (
-    RESULT_FILE,
-    TRAJECTORIES_FILE,
-    TRIALS_FILE,
-    EngineSpec,
-    EvalConfigError,
-    EvalSpec,
-    HarnessOverrides,
-    McpBackend,
-    SourceKind,
-    TaskSource,
-    load_eval,
-    read_trials,
-    run_eval,
-)
+from evals.errors import EvalConfigError
+from evals.run_folder import RESULT_FILE, TRAJECTORIES_FILE, TRIALS_FILE, load_eval, read_trials
+from evals.runner import run_eval
+from evals.sources import SourceKind, TaskSource
+from evals.spec import EngineSpec, EvalSpec, HarnessOverrides, McpBackend
 from trainer.engine import Engine as EngineImpl
 from trainer.engine import EngineConfig
 from trainer.engine.server import create_app, default_served_name

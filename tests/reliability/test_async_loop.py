@@ -3,8 +3,8 @@
 import asyncio
 
 from tests.trainer.loops.stub_runtime import StubRuntime
-from trainer.loops.async_loop import AsyncLoopConfig, StreamCursor, run_async
-from trainer.loops.common import LoopHistory
+from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, StreamCursor, run_async
+from trainer.loops.history import LoopHistory
 
 
 def test_a_step_with_nothing_finished_since_the_last_one_still_records_its_metrics(tmp_path):
@@ -13,7 +13,7 @@ def test_a_step_with_nothing_finished_since_the_last_one_still_records_its_metri
     runtime = StubRuntime(generate_s=0.05, ties=False)
     config = AsyncLoopConfig(prompts_per_step=2, workers=4, max_staleness=1, steps=4, checkpoint_every=0)
     history = LoopHistory(kind="async")
-    asyncio.run(run_async(runtime, config, 0, StreamCursor(), history, tmp_path))
+    asyncio.run(run_async(runtime, config, AsyncStart(0, StreamCursor(), history), tmp_path))
     assert [r.step for r in history.steps] == [1, 2, 3, 4]
     # step 2 trains groups 2 and 3, which finished before step 1 ended: its rewards are theirs
     assert history.steps[1].positions == [2, 3]

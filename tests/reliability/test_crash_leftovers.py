@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 from envs.scratch import owned_folder, owner_tag, sweep_stale
 from trainer.local import CheckpointError, LocalTrainer, TrainerConfig, load_latest_checkpoint, save_checkpoint
 from trainer.local import checkpoint as checkpoints
-from trainer.loops.common import HISTORY_FILE, LoopHistory, ResumeError, StepRecord
+from trainer.loops.history import HISTORY_FILE, LoopHistory, ResumeError, StepRecord
 from trainer.model import TinyModelSpec, bootstrap_policy
 
 KILLED_MID_ROLLOUT = """
@@ -74,7 +75,7 @@ def test_a_pool_start_sweeps_the_sandbox_copies_of_a_killed_process(pristine: Pa
     )
 
     async def start_a_pool() -> list[Path]:
-        provider = LocalProvider({"w1": pristine}, scratch=scratch, apps=("filesystem",))
+        provider = LocalProvider({"w1": pristine}, SandboxOptions(scratch=scratch, apps=("filesystem",)))
         async with SandboxPool(provider) as pool, pool.acquire("w1") as sandbox:
             return [sandbox.world_root]
 
@@ -92,7 +93,7 @@ def test_forked_worlds_of_a_killed_process_are_swept_and_live_owners_kept(pristi
     root = tmp_path / "scratch"
     left, orphan = _killed_process(
         f"""
-        from envs.check import fork_world
+        from envs.sandbox.world_copy import fork_world
         from envs.scratch import scratch_dir
         scratch = scratch_dir("rollout-t1-0-", Path({str(root)!r})).__enter__()
         world = fork_world(Path({str(pristine)!r}), scratch / "w1")

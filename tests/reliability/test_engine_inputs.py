@@ -13,7 +13,14 @@ import torch
 
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.sampling import sample_batch, top_p_filter
-from trainer.engine.server import CONTROL_TOKEN_ENV, UnprotectedControlError, create_app, is_loopback, serve
+from trainer.engine.server import (
+    CONTROL_TOKEN_ENV,
+    ServeOptions,
+    UnprotectedControlError,
+    create_app,
+    is_loopback,
+    serve,
+)
 from trainer.engine.types import SamplingParams
 from trainer.loops.engine_adapter import EngineControlError, HttpEngineControl
 from trainer.model import TinyModelSpec, bootstrap_policy
@@ -141,9 +148,9 @@ def test_the_trainers_weight_sync_sends_the_token(engine, monkeypatch, tmp_path)
 def test_serving_beyond_loopback_needs_a_token(monkeypatch, tmp_path) -> None:
     monkeypatch.delenv(CONTROL_TOKEN_ENV, raising=False)
     with pytest.raises(UnprotectedControlError, match=rf"refusing to serve on 0\.0\.0\.0.*\${CONTROL_TOKEN_ENV}"):
-        serve(tmp_path / "no-policy", host="0.0.0.0")  # refused before the policy is read
+        serve(tmp_path / "no-policy", ServeOptions(host="0.0.0.0"))  # refused before the policy is read
     monkeypatch.setenv(CONTROL_TOKEN_ENV, "s3cret")
     with pytest.raises(OSError):  # past the check: now the missing policy folder is the problem
-        serve(tmp_path / "no-policy", host="0.0.0.0")
+        serve(tmp_path / "no-policy", ServeOptions(host="0.0.0.0"))
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.2") and not is_loopback("engine.internal")

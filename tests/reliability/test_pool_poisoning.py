@@ -14,8 +14,10 @@ import pytest
 from envs.apps import ToolError, World, call_tool
 from envs.harness.code_tools import CodeToolSession
 from envs.harness.tools import LocalToolSession
-from envs.sandbox.local import LocalProvider, kill_processes, processes_of
+from envs.sandbox.base import SandboxOptions
+from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
+from envs.scratch import kill_processes, processes_of
 
 LONE_SURROGATE = "x\udcff"  # what the JSON string "x\udcff" decodes to
 
@@ -62,7 +64,7 @@ def test_the_code_only_harness_answers_an_unencodable_argument_with_an_observati
 
 def test_a_pooled_gateway_survives_bad_arguments_and_non_utf8_answers(world: Path, tmp_path: Path) -> None:
     async def scenario() -> list:
-        provider = LocalProvider({"w1": world}, scratch=tmp_path / "s", apps=("filesystem",))
+        provider = LocalProvider({"w1": world}, SandboxOptions(scratch=tmp_path / "s", apps=("filesystem",)))
         async with SandboxPool(provider, size_per_world=1) as pool:
             async with pool.acquire("w1") as sandbox:
                 bad = await sandbox.call("filesystem.write_file", {"path": "b.txt", "content": LONE_SURROGATE})
@@ -81,7 +83,7 @@ def test_a_pooled_gateway_survives_bad_arguments_and_non_utf8_answers(world: Pat
 
 def test_a_pool_replaces_a_sandbox_whose_gateway_died(world: Path, tmp_path: Path) -> None:
     async def scenario() -> tuple:
-        provider = LocalProvider({"w1": world}, scratch=tmp_path / "s", apps=("filesystem",))
+        provider = LocalProvider({"w1": world}, SandboxOptions(scratch=tmp_path / "s", apps=("filesystem",)))
         async with SandboxPool(provider, size_per_world=1) as pool:
             async with pool.acquire("w1") as first:
                 first_root = first.world_root

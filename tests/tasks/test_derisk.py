@@ -11,6 +11,7 @@ from envs.types import ToolCallRecord
 from flows.config import DeriskThresholds
 from flows.stage_gates import DeriskMeasured, derisk_gate
 from tasks.catalog import Catalog, tool_call_row
+from tasks.context import StageScope
 from tasks.derisk import check_environment_task, tool_stats
 
 
@@ -62,9 +63,8 @@ def ib1(tmp_path_factory):
 def test_every_known_bad_variant_fails_the_gate_naming_tool_rate_and_fix(ib1, tmp_path, variant, tool, words) -> None:
     data, tasks = ib1
     catalog = Catalog(tmp_path / "c.duckdb")
-    checked = check_environment_task.fn(
-        catalog, "derisk", tasks, data / "worlds", OracleTransport.INMEMORY, [variant], "1-derisk"
-    )
+    scope = StageScope(catalog, "derisk", "1-derisk", data / "worlds")
+    checked = check_environment_task.fn(scope, tasks, OracleTransport.INMEMORY, [variant])
     stats = tool_stats(catalog, "derisk")
     measured = DeriskMeasured(checked["solved"], checked["tasks"], 10, 0.0, stats, tasks_with_variance=16)
     report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
@@ -79,9 +79,8 @@ def test_every_known_bad_variant_fails_the_gate_naming_tool_rate_and_fix(ib1, tm
 def test_the_sound_environment_passes(ib1, tmp_path) -> None:
     data, tasks = ib1
     catalog = Catalog(tmp_path / "c.duckdb")
-    checked = check_environment_task.fn(
-        catalog, "derisk", tasks, data / "worlds", OracleTransport.INMEMORY, [], "1-derisk"
-    )
+    scope = StageScope(catalog, "derisk", "1-derisk", data / "worlds")
+    checked = check_environment_task.fn(scope, tasks, OracleTransport.INMEMORY, [])
     measured = DeriskMeasured(checked["solved"], checked["tasks"], 10, 0.0, tool_stats(catalog, "derisk"), 16)
     report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
     assert report.passed and not report.findings and checked["probes"] == 6

@@ -11,10 +11,10 @@ import pytest
 
 from envs.apps import World
 from envs.build import build_environment, content_digest, load_manifest, load_tasks
-from envs.check import fork_world
 from envs.harness.agent import run_group
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness, write_policy_harness
 from envs.rollout import local_envs
+from envs.sandbox.world_copy import fork_world
 from envs.types import StopReason, Tier, Trajectory
 from trainer.bootstrap import (
     BootstrapSpec,
@@ -28,8 +28,8 @@ from trainer.bootstrap import (
     select_tasks,
 )
 from trainer.engine import Engine, EngineConfig
+from trainer.engine.completions import EngineCompletions
 from trainer.model import TinyModelSpec, load_policy
-from trainer.rollout_eval import EngineCompletions
 from trainer.tokenizer import train_tokenizer
 from trainer.traces import (
     NoiseKind,

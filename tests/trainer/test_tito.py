@@ -29,7 +29,7 @@ class ScriptedEngine:
             self.turns[-1] = tokenizer.convert_tokens_to_ids(list(first)) + self.turns[-1][1:]
         self.history: list[tuple[list[int], list[int]]] = []
 
-    async def complete(self, prompt_ids, max_tokens, *args, **kwargs) -> Completion:
+    async def complete(self, prompt_ids, sampling) -> Completion:
         # This rollout's turn: how many earlier answers (prompt + completion) the prompt extends.
         prompt = list(prompt_ids)
         turn = len(

@@ -9,8 +9,9 @@ Layout of one checkpoint, ``<root>/step-<step:08d>/``:
     meta.json            step, data cursor, caller's extra, trainer config (for the audit trail)
 
 A checkpoint is written into a hidden sibling temp folder, fsynced (every file and folder: a crash after the rename
-never leaves a complete-looking checkpoint of empty files) and renamed into place, so a reader (or a resume after a
-crash) never sees half of one; after the rename only the newest ``keep_last`` checkpoints are kept.
+never leaves a complete-looking checkpoint of empty files) and renamed into place (``envs.files.staged_dir``), so a
+reader (or a resume after a crash) never sees half of one; after the rename only the newest ``keep_last``
+checkpoints are kept.
 
 Loading reads and checks every file before it touches the trainer; a file that is truncated or damaged raises a
 ``CheckpointError`` naming it. ``load_latest_checkpoint`` resumes from the newest checkpoint that loads: a damaged one
@@ -30,7 +31,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +44,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import PreTrainedTokenizerBase
 
 from envs.errors import RecipeError
-from envs.files import fsync_dir, fsync_tree
+from envs.files import staged_dir
 from envs.harness.policy import PolicyHarness
 from envs.jsonio import JsonError, parse_json
 from trainer.local.trainer import LocalTrainer
@@ -128,10 +128,8 @@ def save_checkpoint(
         raise ValueError(f"data_cursor and extra must be JSON values: {error}") from None
 
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     target = root / checkpoint_name(step)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}-"))
-    try:
+    with staged_dir(target) as tmp:  # fsynced before the name says "complete", and the rename made durable
         save_policy(trainer.model, tokenizer, tmp / POLICY_DIR, harness=harness)
         state = {
             "optimizer": trainer.optimizer.state_dict(),
@@ -140,13 +138,6 @@ def save_checkpoint(
         }
         torch.save(state, tmp / STATE_FILE)
         (tmp / META_FILE).write_text(meta_text)
-        fsync_tree(tmp)  # on disk before the name says "complete"
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-        fsync_dir(root)  # the rename itself survives a crash
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(root)[:-keep_last]:
         shutil.rmtree(old)
     return target

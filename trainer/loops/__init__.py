@@ -1,14 +1,22 @@
-"""RL loops over the local trainer and engine: synchronous (``sync``) and fully-async (``async_loop``).
+"""RL loops over the local trainer and engine: synchronous (``sync``) and fully-async (``async_loop``, run by
+``runtimes.run_async_loop`` in process or on Ray).
 
-    history = run_sync_loop(policy_dir, tasks, worlds_root, SyncLoopConfig(steps=20), Path("runs/sync"))
-    history = run_async_loop(policy_dir, tasks, worlds_root, AsyncLoopConfig(workers=8), Path("runs/async"))
+    job = LoopJob(policy_dir, tasks, worlds_root, Path("runs/sync"), LoopHooks(on_step=print))
+    history = run_sync_loop(job, SyncLoopConfig(steps=20))
+    history = run_async_loop(replace(job, out_dir=Path("runs/async")), AsyncLoopConfig(workers=8))
 
-``engine_adapter`` holds the ``WeightSync`` protocol (in-process engine, remote HTTP engine) and ``push_weights``.
+One job per module: ``stream`` (task selection, order, sampling seeds), ``rollouts`` (group rollouts),
+``evaluation``, ``config`` (``LoopConfig``), ``history`` (step records, wall clock), ``job`` (a run's inputs and
+hooks), ``policy`` (trainer / engine set-up, resume, checkpoints); ``engine_adapter`` holds the ``WeightSync``
+protocol (in-process engine, remote HTTP engine) and ``push_weights``.
 """
 
-from trainer.loops.async_loop import AsyncLoopConfig, RuntimeKind, admission_capacity, run_async_loop
-from trainer.loops.common import LoopHistory, StepRecord, TaskFilter
+from trainer.loops.async_loop import AsyncLoopConfig, RuntimeKind, admission_capacity
 from trainer.loops.engine_adapter import HttpEngineControl, InProcessEngine, WeightSync, push_weights
+from trainer.loops.history import LoopHistory, StepRecord
+from trainer.loops.job import LoopHooks, LoopJob
+from trainer.loops.runtimes import run_async_loop
+from trainer.loops.stream import TaskFilter
 from trainer.loops.sync import SyncLoopConfig, run_sync_loop
 
 __all__ = [
@@ -16,6 +24,8 @@ __all__ = [
     "HttpEngineControl",
     "InProcessEngine",
     "LoopHistory",
+    "LoopHooks",
+    "LoopJob",
     "RuntimeKind",
     "StepRecord",
     "SyncLoopConfig",

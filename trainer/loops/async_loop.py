@@ -10,7 +10,7 @@ requests freeze with their KV cache and continue on the new weights). Rules:
   ``(steps done at start)·B`` on a resume) and ``running`` the groups being generated. Hence a group is trained at
   most S steps after the weights that began it: staleness = (steps done when it is trained) − (weights version
   when it was generated) ≤ S; S = 0 degenerates to the synchronous loop.
-* a group whose rewards tie (zero variance, ``common.has_signal``) is dropped and its slot is refilled (dropped
+* a group whose rewards tie (zero variance, ``rollouts.has_signal``) is dropped and its slot is refilled (dropped
   groups are not ``accepted``, so admission opens again).
 * the admission rule bounds how far generation runs ahead, but a slow group can still be overtaken by younger
   ones; the trainer drops (and frees the slot of) any group that would exceed S when it reaches the front, so the
@@ -22,10 +22,11 @@ requests freeze with their KV cache and continue on the new weights). Rules:
 * resume: a checkpoint stores ``{"next": next stream position, "pending": positions started but not trained or
   dropped}``; a resumed run re-generates the pending positions first, so no task of the stream is skipped.
 
-Runtime: ``InProcessRuntime`` (engine + trainer here, training in a worker thread) or ``trainer.loops.ray_runtime``
-(engine and trainer as Ray actors); the loop only sees the ``Runtime`` protocol.
+Runtime: the loop (``run_async``) only sees the ``Runtime`` protocol; ``trainer.loops.in_process`` (engine + trainer
+here, training in a worker thread) and ``trainer.loops.ray_runtime`` (engine and trainer as Ray actors) implement it,
+and ``trainer.loops.runtimes.run_async_loop`` picks one by ``AsyncLoopConfig.runtime``.
 
-    history = run_async_loop(policy_dir, tasks, worlds_root, AsyncLoopConfig(workers=8, max_staleness=1), out_dir)
+    history = run_async_loop(LoopJob(policy_dir, tasks, worlds_root, out_dir), AsyncLoopConfig(workers=8))
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -41,26 +41,12 @@ from typing import Protocol
 
 from pydantic import Field, JsonValue
 
-from envs.types import TaskSpec, Trajectory
-from trainer.local import StepMetrics, TrainBatch, save_checkpoint
-from trainer.loops.common import (
-    CHECKPOINTS,
-    EnvsFor,
-    LoopConfig,
-    LoopHistory,
-    OnRollouts,
-    OnStep,
-    Policy,
-    StepRecord,
-    default_envs,
-    evaluate_reward,
-    generated_tokens,
-    has_signal,
-    open_policy,
-    rollout_group,
-    task_at,
-)
-from trainer.loops.engine_adapter import InProcessEngine, push_weights
+from envs.types import Trajectory
+from trainer.local import CheckpointInfo, StepMetrics
+from trainer.loops.config import LoopConfig
+from trainer.loops.history import LoopHistory, StepRecord, WallClock
+from trainer.loops.job import LoopHooks
+from trainer.loops.rollouts import generated_tokens, has_signal, outcome
 
 
 class RuntimeKind(StrEnum):
@@ -80,9 +66,10 @@ class AsyncLoopConfig(LoopConfig):
     """Ray cluster address (None: a local ``ray.init(num_cpus=2)``)."""
 
 
-def admission_capacity(workers: int, running: int, max_staleness: int, step: int, batch: int, accepted: int) -> int:
+def admission_capacity(config: AsyncLoopConfig, running: int, step: int, accepted: int) -> int:
     """How many more groups may start now: min(K − running, (S + step)·B − (accepted + running)) (RECIPE)."""
-    return min(workers - running, (max_staleness + step) * batch - (accepted + running))
+    K, S, B = config.workers, config.max_staleness, config.prompts_per_step
+    return min(K - running, (S + step) * B - (accepted + running))
 
 
 @dataclass
@@ -109,6 +96,22 @@ class StreamCursor:
         return cls(saved["next"], deque(int(p) for p in saved.get("pending") or []))  # type: ignore[union-attr]
 
 
+@dataclass
+class AsyncStart:
+    """Where a run (re)starts: the optimizer steps done, the stream cursor, and the history so far."""
+
+    step: int
+    cursor: StreamCursor
+    history: LoopHistory
+
+    @classmethod
+    def resume(cls, resumed: CheckpointInfo | None, out_dir: Path) -> AsyncStart:
+        """From the checkpoint a runtime resumed (None: a fresh run) and ``out_dir``'s saved history."""
+        step = resumed.step if resumed else 0
+        cursor = StreamCursor.from_json(resumed.data_cursor) if resumed else StreamCursor()
+        return cls(step, cursor, LoopHistory.resume(out_dir, "async", step))
+
+
 def staleness(trainer_steps_done: int, trajectory: Trajectory, version_offset: int) -> int:
     """Steps done by the trainer minus the weights version (offset by the steps done at start) that generated it."""
     if not trajectory.weight_versions:
@@ -132,201 +135,140 @@ class Runtime(Protocol):
     async def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None: ...
 
 
-class InProcessRuntime:
-    """Engine and trainer in this process: generation on the engine's thread, ``train_step`` in a worker thread."""
-
-    def __init__(
-        self, policy: Policy, tasks: Sequence[TaskSpec], envs_for: EnvsFor, config: AsyncLoopConfig, out_dir: Path
-    ) -> None:
-        self.policy, self.tasks, self.envs_for, self.config, self.out_dir = policy, tasks, envs_for, config, out_dir
-        self.client = InProcessEngine(policy.engine)
-        self.version_offset = policy.resumed.step if policy.resumed else 0
-
-    async def generate(self, position: int) -> list[Trajectory]:
-        task = self.tasks[task_at(position, len(self.tasks), self.config.seed)]
-        return await rollout_group(
-            task,
-            position,
-            self.envs_for,
-            self.client,
-            self.policy.tokenizer,
-            self.config.harness,
-            seed=self.config.seed,
-            n=self.config.samples_per_prompt,
-        )
-
-    async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
-        batch = TrainBatch.from_trajectories(trajectories, self.config.trainer.algorithm)
-        return await asyncio.to_thread(self.policy.trainer.train_step, batch)
-
-    async def push(self) -> int:
-        return await push_weights(self.client, self.policy.trainer)
-
-    async def evaluate(self) -> tuple[float, float]:
-        config = self.config
-        return await evaluate_reward(
-            self.tasks[: config.eval_tasks],
-            self.envs_for,
-            self.client,
-            self.policy.tokenizer,
-            config.harness,
-            n=config.eval_samples,
-            seed=config.seed,
-        )
-
-    async def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
-        trainer, tokenizer = self.policy.trainer, self.policy.tokenizer
-        root = self.out_dir / CHECKPOINTS
-        harness = self.config.policy_harness()
-        await asyncio.to_thread(
-            save_checkpoint, root, trainer, step, cursor, {"kind": "async"}, tokenizer=tokenizer, harness=harness
-        )
-
-
 @dataclass
-class _Counters:
-    steps_done: int
-    accepted: int
-    running: int = 0
-    dropped: int = 0
-    finished: list[Trajectory] = field(default_factory=list)  # every finished group's rollouts since the last step
+class _Batch:
+    """B groups for one step, as (stream position, group), and what gathering them cost."""
+
+    items: list[tuple[int, list[Trajectory]]]
+    stale: int
+    wait_s: float
+
+    @property
+    def positions(self) -> list[int]:
+        return [p for p, _ in self.items]
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for _, group in self.items for t in group]
+
+
+class _Choreography:
+    """The state the workers and the trainer share (changed only under ``changed``), and their moves."""
+
+    def __init__(self, runtime: Runtime, config: AsyncLoopConfig, start: AsyncStart) -> None:
+        self.runtime, self.config, self.cursor = runtime, config, start.cursor
+        S, B = config.max_staleness, config.prompts_per_step
+        self.steps_done, self.accepted, self.running, self.dropped = start.step, start.step * B, 0, 0
+        self.finished: list[Trajectory] = []  # every finished group's rollouts since the last step
+        self.outstanding: set[int] = set()
+        self.buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(maxsize=(S + 1) * B)
+        self.changed = asyncio.Condition()
+
+    def capacity(self) -> int:
+        return admission_capacity(self.config, self.running, self.steps_done + 1, self.accepted)
+
+    def staleness(self, trajectory: Trajectory) -> int:
+        return staleness(self.steps_done, trajectory, self.runtime.version_offset)
+
+    async def worker(self) -> None:
+        """Generate one group at a time while admission allows; buffer the ones with signal, drop the others."""
+        while True:
+            async with self.changed:
+                await self.changed.wait_for(lambda: self.capacity() > 0)
+                position = self.cursor.take()
+                self.outstanding.add(position)
+                self.running += 1
+            group = await self.runtime.generate(position)
+            async with self.changed:
+                self.running -= 1
+                self.finished.extend(group)
+                if has_signal(group, self.config.trainer.algorithm):
+                    self.accepted += 1
+                    self.buffer.put_nowait((position, group))
+                else:
+                    self.dropped += 1
+                    self.outstanding.discard(position)
+                self.changed.notify_all()
+
+    async def next_batch(self) -> _Batch:
+        """The next B buffered groups within the staleness bound; older ones are dropped and their slots freed."""
+        tick = time.perf_counter()
+        items: list[tuple[int, list[Trajectory]]] = []
+        stale = 0
+        while len(items) < self.config.prompts_per_step:
+            position, group = await self.buffer.get()
+            if max(self.staleness(t) for t in group) <= self.config.max_staleness:
+                items.append((position, group))
+                continue
+            async with self.changed:  # overtaken by younger groups past the bound: drop it, free its slot
+                stale += 1
+                self.accepted -= 1
+                self.outstanding.discard(position)
+                self.changed.notify_all()
+        return _Batch(items, stale, time.perf_counter() - tick)
+
+    async def train(self, batch: _Batch, clock: WallClock, last_wall: float) -> tuple[StepRecord, list[Trajectory]]:
+        """One optimizer step on ``batch`` and the weight push; its record, and every rollout that finished since
+        the previous step."""
+        trajectories = batch.trajectories
+        staleness_B = [self.staleness(t) for t in trajectories]
+        metrics = await self.runtime.train(trajectories)
+        tick = time.perf_counter()
+        await self.runtime.push()
+        sync_s = time.perf_counter() - tick
+        async with self.changed:
+            self.steps_done += 1
+            self.outstanding.difference_update(batch.positions)
+            finished, self.finished = self.finished, []
+            dropped, self.dropped = self.dropped, 0
+            self.changed.notify_all()
+        wall_s = clock.now()
+        # A step can train on groups that all finished before the previous step ended: nothing finished since.
+        reward_mean, pass_rate = outcome(finished or trajectories)
+        record = StepRecord(
+            step=self.steps_done,
+            wall_s=wall_s,
+            reward_mean=reward_mean,
+            pass_rate=pass_rate,
+            trajectories=len(trajectories),
+            groups_dropped=dropped,
+            groups_stale=batch.stale,
+            trained=True,
+            train_s=metrics.step_s,
+            sync_s=sync_s,
+            wait_s=batch.wait_s,
+            staleness_mean=sum(staleness_B) / len(staleness_B),
+            staleness_max=max(staleness_B),
+            tokens_per_s=generated_tokens(finished) / max(wall_s - last_wall, 1e-9),
+            loss=metrics.loss,
+            logprob_abs_diff_mean=metrics.logprob_abs_diff_mean,
+            positions=batch.positions,
+        )
+        return record, finished
 
 
 async def run_async(
-    runtime: Runtime,
-    config: AsyncLoopConfig,
-    start_step: int,
-    cursor: StreamCursor,
-    history: LoopHistory,
-    out_dir: Path,
-    on_step: OnStep | None = None,
-    on_rollouts: OnRollouts | None = None,
+    runtime: Runtime, config: AsyncLoopConfig, start: AsyncStart, out_dir: Path, hooks: LoopHooks | None = None
 ) -> LoopHistory:
     """The worker / trainer choreography of the module docstring over any ``Runtime``."""
-    K, S, B = config.workers, config.max_staleness, config.prompts_per_step
-    counters = _Counters(steps_done=start_step, accepted=start_step * B)
-    buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(maxsize=(S + 1) * B)
-    changed = asyncio.Condition()
-    outstanding: set[int] = set()
-
-    def capacity() -> int:
-        return admission_capacity(K, counters.running, S, counters.steps_done + 1, B, counters.accepted)
-
-    async def worker() -> None:
-        while True:
-            async with changed:
-                await changed.wait_for(lambda: capacity() > 0)
-                position = cursor.take()
-                outstanding.add(position)
-                counters.running += 1
-            group = await runtime.generate(position)
-            async with changed:
-                counters.running -= 1
-                counters.finished.extend(group)
-                if has_signal(group, config.trainer.algorithm):
-                    counters.accepted += 1
-                    buffer.put_nowait((position, group))
-                else:
-                    counters.dropped += 1
-                    outstanding.discard(position)
-                changed.notify_all()
-
-    clock_origin = time.perf_counter() - history.wall_s
+    hooks = hooks or LoopHooks()
+    history, clock = start.history, WallClock(start.history.wall_s)
+    loop = _Choreography(runtime, config, start)
     async with asyncio.TaskGroup() as tasks:
-        workers = [tasks.create_task(worker()) for _ in range(K)]
+        workers = [tasks.create_task(loop.worker()) for _ in range(config.workers)]
         last_wall = history.wall_s
-        while counters.steps_done < config.steps:
-            tick = time.perf_counter()
-            items: list[tuple[int, list[Trajectory]]] = []
-            stale = 0
-            while len(items) < B:
-                position, group = await buffer.get()
-                if max(staleness(counters.steps_done, t, runtime.version_offset) for t in group) <= S:
-                    items.append((position, group))
-                    continue
-                async with changed:  # overtaken by younger groups past the bound: drop it, free its slot
-                    stale += 1
-                    counters.accepted -= 1
-                    outstanding.discard(position)
-                    changed.notify_all()
-            wait_s = time.perf_counter() - tick
-            trajectories = [t for _, group in items for t in group]
-            staleness_B = [staleness(counters.steps_done, t, runtime.version_offset) for t in trajectories]
-            metrics = await runtime.train(trajectories)
-            tick = time.perf_counter()
-            await runtime.push()
-            sync_s = time.perf_counter() - tick
-            async with changed:
-                counters.steps_done += 1
-                outstanding.difference_update(p for p, _ in items)
-                finished, counters.finished = counters.finished, []
-                dropped, counters.dropped = counters.dropped, 0
-                changed.notify_all()
-            wall_s = time.perf_counter() - clock_origin
-            # A step can train on groups that all finished before the previous step ended: nothing finished since.
-            measured = finished or trajectories
-            record = StepRecord(
-                step=counters.steps_done,
-                wall_s=wall_s,
-                reward_mean=sum(t.reward for t in measured) / len(measured),
-                pass_rate=sum(t.passed for t in measured) / len(measured),
-                trajectories=len(trajectories),
-                groups_dropped=dropped,
-                groups_stale=stale,
-                trained=True,
-                train_s=metrics.step_s,
-                sync_s=sync_s,
-                wait_s=wait_s,
-                staleness_mean=sum(staleness_B) / len(staleness_B),
-                staleness_max=max(staleness_B),
-                tokens_per_s=generated_tokens(finished) / max(wall_s - last_wall, 1e-9),
-                loss=metrics.loss,
-                logprob_abs_diff_mean=metrics.logprob_abs_diff_mean,
-                positions=[p for p, _ in items],
-            )
-            last_wall = wall_s
-            if config.eval_due(counters.steps_done):
-                tick = time.perf_counter()
-                record.eval_reward, record.eval_pass_rate = await runtime.evaluate()
-                clock_origin += time.perf_counter() - tick
+        while loop.steps_done < config.steps:
+            record, finished = await loop.train(await loop.next_batch(), clock, last_wall)
+            last_wall = record.wall_s
+            if config.eval_due(record.step):
+                with clock.stopped():
+                    record.eval_reward, record.eval_pass_rate = await runtime.evaluate()
             history.steps.append(record)
-            if on_rollouts is not None:
-                on_rollouts(counters.steps_done, finished)
-            if config.checkpoint_due(counters.steps_done):
-                await runtime.checkpoint(counters.steps_done, cursor.to_json(outstanding))
+            hooks.rollouts(record.step, finished)
+            if config.checkpoint_due(record.step):
+                await runtime.checkpoint(record.step, loop.cursor.to_json(loop.outstanding))
             history.save(out_dir)
-            if on_step is not None:
-                on_step(record)
+            hooks.step(record)
         for task in workers:
             task.cancel()
     return history
-
-
-def run_async_loop(
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    config: AsyncLoopConfig,
-    out_dir: Path,
-    on_step: OnStep | None = None,
-    *,
-    envs_for: EnvsFor | None = None,
-    on_rollouts: OnRollouts | None = None,
-) -> LoopHistory:
-    """Run (or resume from ``out_dir``'s newest checkpoint) the fully-async loop on the configured runtime;
-    ``on_rollouts`` sees, after each step, every rollout that finished since the previous one."""
-    selected = config.tasks.select(tasks)
-    if config.runtime is RuntimeKind.RAY:
-        from trainer.loops.ray_runtime import run_on_ray  # ray is imported only when asked for
-
-        return run_on_ray(policy_dir, selected, worlds_root, config, out_dir, on_step, envs_for, on_rollouts)
-    policy = open_policy(policy_dir, config.trainer, out_dir, config.engine_config())
-    try:
-        envs_for = envs_for or default_envs(worlds_root, config.apps)
-        runtime = InProcessRuntime(policy, selected, envs_for, config, out_dir)
-        start = policy.resumed.step if policy.resumed else 0
-        cursor = StreamCursor.from_json(policy.resumed.data_cursor) if policy.resumed else StreamCursor()
-        history = LoopHistory.resume(out_dir, "async", start)
-        return asyncio.run(run_async(runtime, config, start, cursor, history, out_dir, on_step, on_rollouts))
-    finally:
-        policy.close()

@@ -4,8 +4,9 @@
   ``CompletionEngine`` (``EngineCompletions``: no HTTP, the fastest path on 2 cores), and a weight push hands the
   trainer's state dict straight to ``Engine.update_weights``.
 * ``HttpEngineControl(base_url, staging_dir)`` — a remote vLLM-compatible engine driven through its control routes
-  (``/pause?mode=keep``, ``/update_weights`` with a folder of safetensors, ``/resume``), each with a timeout and the
-  engine's control token (``$RL_RECIPE_ENGINE_TOKEN`` unless given). The weights are staged as
+  (``/pause?mode=keep``, ``/update_weights`` with a folder of safetensors, ``/resume``) through
+  ``envs.openai_http.ApiClient`` (a timeout on each call), with the engine's control token
+  (``$RL_RECIPE_ENGINE_TOKEN`` unless given). The weights are staged as
   ``<staging_dir>/v<n>/model.safetensors`` (atomic rename), so the engine must see that folder.
 
 A push in flight (RECIPE "Fully-async RL") is ``push_weights``: pause in keep mode (running requests freeze with their
@@ -19,17 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import tempfile
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
+from pydantic import SecretStr
 from safetensors.torch import save_file
 from torch import Tensor
 
-from trainer.engine import Engine, PauseMode
+from envs.files import staged_dir
+from envs.openai_http import ApiClient, ApiError
+from trainer.engine import PauseMode
+from trainer.engine.completions import EngineCompletions
 from trainer.engine.types import CONTROL_TOKEN_ENV
-from trainer.rollout_eval import EngineCompletions
 
 
 class WeightSource(Protocol):
@@ -50,9 +53,6 @@ class WeightSync(Protocol):
 
 class InProcessEngine(EngineCompletions):
     """``CompletionEngine`` and ``WeightSync`` over an in-process ``Engine`` (the blocking calls run in a thread)."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(engine)
 
     async def pause(self) -> None:
         await asyncio.to_thread(self.engine.pause, PauseMode.keep)
@@ -82,18 +82,13 @@ class HttpEngineControl:
         self.staging_dir = Path(staging_dir)
         self._pushes = 0
         token = token or os.environ.get(CONTROL_TOKEN_ENV)
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            timeout=httpx.Timeout(timeout_s),
-            transport=transport,
-            headers={"Authorization": f"Bearer {token}"} if token else None,
-        )
+        self._api = ApiClient(base_url, timeout_s, keys=[SecretStr(token)] if token else (), transport=transport)
 
     async def __aenter__(self) -> HttpEngineControl:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._http.aclose()
+        await self._api.aclose()
 
     async def pause(self) -> None:
         await self._post("/pause", params={"mode": PauseMode.keep.value})
@@ -109,23 +104,21 @@ class HttpEngineControl:
     async def resume(self) -> None:
         await self._post("/resume")
 
-    async def _post(self, path: str, **kwargs: object) -> dict:
+    async def _post(
+        self, path: str, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         try:
-            response = await self._http.post(path, **kwargs)
-        except httpx.HTTPError as error:
-            raise EngineControlError(f"{path}: {type(error).__name__}: {error}") from error
-        if response.status_code >= 400:
-            raise EngineControlError(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json()
+            return await self._api.post_json(path, json, params=params)
+        except ApiError as error:
+            raise EngineControlError(str(error)) from error
 
 
 def stage_weights(state: dict[str, Tensor], staging_dir: Path, version: int) -> Path:
-    """Write ``state`` as ``<staging_dir>/v<version>/model.safetensors`` via a temp folder renamed into place."""
-    staging_dir.mkdir(parents=True, exist_ok=True)
+    """Write ``state`` as ``<staging_dir>/v<version>/model.safetensors`` via a temp folder swapped into place
+    (``staged_dir``): the engine never loads half a file."""
     target = staging_dir / f"v{version}"
-    tmp = Path(tempfile.mkdtemp(dir=staging_dir, prefix=f".{target.name}-"))
-    save_file({name: tensor.contiguous() for name, tensor in state.items()}, tmp / "model.safetensors")
-    os.replace(tmp, target)
+    with staged_dir(target) as tmp:
+        save_file({name: tensor.contiguous() for name, tensor in state.items()}, tmp / "model.safetensors")
     return target
 
 

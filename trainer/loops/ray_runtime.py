@@ -4,7 +4,7 @@ The driver keeps the loop's rules (``async_loop.run_async``: admission, buffer, 
 ``RayRuntime`` forwards each operation to an actor and awaits its ``ObjectRef``:
 
 * ``RolloutActor`` (async actor: many groups generate concurrently on its event loop) owns the ``Engine`` and runs
-  ``rollout_group``; it also serves pause / update_weights / resume, so a push is the same ``push_weights`` as in
+  ``Rollouts.at``; it also serves pause / update_weights / resume, so a push is the same ``push_weights`` as in
   process — the new weights travel as one object-store reference from the trainer actor to the rollout actor.
 * ``TrainerActor`` owns the ``LocalTrainer`` and writes the checkpoints.
 
@@ -16,55 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import ray
 from pydantic import JsonValue
 from torch import Tensor
 
+from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec, Trajectory
-from trainer.local import CheckpointInfo, StepMetrics, TrainBatch, save_checkpoint
-from trainer.loops.common import (
-    CHECKPOINTS,
-    EnvsFor,
-    LoopHistory,
-    OnRollouts,
-    OnStep,
-    default_envs,
-    engine_weights,
-    evaluate_reward,
-    open_engine,
-    open_trainer,
-    rollout_group,
-    task_at,
-)
+from trainer.local import CheckpointInfo, StepMetrics, TrainBatch
+from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
+from trainer.loops.evaluation import evaluate_reward
+from trainer.loops.history import LoopHistory
+from trainer.loops.job import LoopJob
+from trainer.loops.policy import engine_weights, open_engine, open_trainer
 
 
 class RolloutActor:
     """Engine + harness + local tool sessions; ``generate(position)`` returns one group's trainable rollouts."""
 
-    def __init__(
-        self, weights: Path, tasks: list[TaskSpec], worlds_root: Path, config, envs_for: EnvsFor | None
-    ) -> None:
+    def __init__(self, weights: Path, tasks: list[TaskSpec], envs_for: EnvsForTask, config: AsyncLoopConfig) -> None:
         engine = open_engine(weights, config.engine_config())
         self.client = InProcessEngine(engine)
-        self.tokenizer, self.tasks, self.config = engine.tokenizer, tasks, config
-        self.envs_for = envs_for or default_envs(worlds_root, config.apps)
+        self.rollouts = config.rollouts(envs_for, self.client, engine.tokenizer)
+        self.tasks, self.config = tasks, config
 
     async def generate(self, position: int) -> list[Trajectory]:
-        task = self.tasks[task_at(position, len(self.tasks), self.config.seed)]
-        harness, n = self.config.harness, self.config.samples_per_prompt
-        return await rollout_group(
-            task, position, self.envs_for, self.client, self.tokenizer, harness, seed=self.config.seed, n=n
-        )
+        return await self.rollouts.at(self.tasks, position, self.config.samples_per_prompt)
 
     async def evaluate(self) -> tuple[float, float]:
-        config = self.config
-        tasks = self.tasks[: config.eval_tasks]
-        harness, n = config.harness, config.eval_samples
-        return await evaluate_reward(tasks, self.envs_for, self.client, self.tokenizer, harness, n=n, seed=config.seed)
+        return await evaluate_reward(self.rollouts, self.tasks[: self.config.eval_tasks], self.config.eval_samples)
 
     async def pause(self) -> None:
         await self.client.pause()
@@ -80,9 +62,9 @@ class RolloutActor:
 
 
 class TrainerActor:
-    def __init__(self, policy_dir: Path, out_dir: Path, config) -> None:
+    def __init__(self, policy_dir: Path, out_dir: Path, config: AsyncLoopConfig) -> None:
         self.trainer, self.tokenizer, resumed = open_trainer(policy_dir, config.trainer, out_dir)
-        self.config, self.out_dir = config, out_dir
+        self.config, self.checkpoints = config, config.checkpoints(out_dir, "async")
         self.resumed = resumed
 
     def resumed_at(self) -> CheckpointInfo | None:
@@ -95,9 +77,7 @@ class TrainerActor:
         return self.trainer.state_dict_for_engine()
 
     def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
-        root = self.out_dir / CHECKPOINTS
-        harness = self.config.policy_harness()
-        save_checkpoint(root, self.trainer, step, cursor, {"kind": "async"}, tokenizer=self.tokenizer, harness=harness)
+        self.checkpoints.save(self.trainer, self.tokenizer, step, cursor)
 
 
 class _ActorSync:
@@ -146,20 +126,9 @@ class RayRuntime:
         await self.trainer.checkpoint.remote(step, cursor)
 
 
-def run_on_ray(
-    policy_dir: Path,
-    tasks: Sequence[TaskSpec],
-    worlds_root: Path,
-    config,
-    out_dir: Path,
-    on_step: OnStep | None = None,
-    envs_for: EnvsFor | None = None,
-    on_rollouts: OnRollouts | None = None,
-) -> LoopHistory:
-    """``run_async_loop`` with the engine and the trainer as Ray actors (see the module docstring); ``envs_for``
-    travels to the rollout actor by pickle."""
-    from trainer.loops.async_loop import StreamCursor, run_async
-
+def run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
+    """The fully-async loop with the engine and the trainer as Ray actors (see the module docstring); the job's
+    environment factory travels to the rollout actor by pickle, its hooks stay with the driver."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
@@ -168,21 +137,17 @@ def run_on_ray(
         else:
             ray.init(num_cpus=2, include_dashboard=False)
     try:
-        policy_dir, out_dir, worlds_root = policy_dir.resolve(), out_dir.resolve(), worlds_root.resolve()
-        trainer = ray.remote(num_cpus=0)(TrainerActor).remote(policy_dir, out_dir, config)
+        job = job.resolved()
+        trainer = ray.remote(num_cpus=0)(TrainerActor).remote(job.policy_dir, job.out_dir, config)
         concurrency = config.workers + 8  # every worker's group plus the control calls of a push
         resumed = ray.get(trainer.resumed_at.remote())
         rollout_cls = ray.remote(num_cpus=0, max_concurrency=concurrency)(RolloutActor)
-        rollout = rollout_cls.remote(engine_weights(policy_dir, resumed), list(tasks), worlds_root, config, envs_for)
-        start = resumed.step if resumed else 0
-        cursor = StreamCursor.from_json(resumed.data_cursor) if resumed else StreamCursor()
-        history = LoopHistory.resume(out_dir, "async", start)
+        weights, selected = engine_weights(job.policy_dir, resumed), config.tasks.select(job.tasks)
+        rollout = rollout_cls.remote(weights, selected, job.envs(config.apps), config)
+        start = AsyncStart.resume(resumed, job.out_dir)
         try:
-            return asyncio.run(
-                run_async(
-                    RayRuntime(rollout, trainer, start), config, start, cursor, history, out_dir, on_step, on_rollouts
-                )
-            )
+            runtime = RayRuntime(rollout, trainer, start.step)
+            return asyncio.run(run_async(runtime, config, start, job.out_dir, job.hooks))
         finally:
             ray.get(rollout.close.remote())
     finally:

@@ -15,7 +15,7 @@ import pytest
 
 from envs.graders import grade
 from envs.harness.agent import HarnessConfig, SampleEnv, run_agent, run_group
-from envs.harness.engine_client import CompletionsClient, EngineError, EngineRejected
+from envs.harness.engine_client import CompletionsClient, EngineError, EngineRejected, Sampling
 from envs.harness.tools import LocalToolSession, ToolOutcome, error_signature
 from envs.net import free_port
 from envs.types import AnswerNumeric, Domain, ErrorClass, StopReason, TaskSpec, Trajectory
@@ -239,7 +239,7 @@ def test_run_group_runs_samples_concurrently_with_own_envs(scripted, tokenizer, 
 def test_engine_client_classifies_failures(scripted):
     async def go(url, model):
         async with CompletionsClient(url, model, timeout_s=5) as engine:
-            return await engine.complete([1, 2, 3], max_tokens=4)
+            return await engine.complete([1, 2, 3], Sampling(max_tokens=4))
 
     with pytest.raises(EngineError, match="transport error") as refused:
         asyncio.run(go(f"http://127.0.0.1:{free_port()}", "m"))

@@ -12,7 +12,6 @@ import pytest
 
 from envs.apps.__main__ import main as app_cli
 from envs.build import build_environment, load_tasks
-from envs.check import fork_world
 from envs.graders import grade
 from envs.harness.agent import HarnessConfig, run_group
 from envs.harness.code_tools import (
@@ -25,6 +24,7 @@ from envs.harness.code_tools import (
 from envs.harness.engine_client import CompletionsClient
 from envs.harness.tools import ToolOutcome
 from envs.sandbox.limits import usable_bwrap
+from envs.sandbox.world_copy import fork_world
 from envs.types import TaskSpec
 
 from .conftest import Reply

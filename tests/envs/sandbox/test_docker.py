@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox.base import SandboxError, make_provider
+from envs.sandbox.base import SandboxError, SandboxOptions
+from envs.sandbox.registry import make_provider
 
 
 def test_no_daemon_fails_fast_and_clearly(pristine_world: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
-    provider = make_provider("docker", {"w1": pristine_world}, scratch=tmp_path / "scratch")
+    provider = make_provider("docker", {"w1": pristine_world}, SandboxOptions(scratch=tmp_path / "scratch"))
     started = time.monotonic()
     with pytest.raises(SandboxError, match=r"no Docker daemon answers at unix://.*no-daemon.sock") as caught:
         asyncio.run(provider.start("w1"))

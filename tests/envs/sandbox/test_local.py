@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from envs.sandbox.base import SandboxError, make_provider
-from envs.sandbox.local import LocalProvider, Pristine, ResetReport, WorldCopy, processes_of
+from envs.sandbox.base import SandboxError, SandboxOptions
+from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
+from envs.sandbox.registry import make_provider
+from envs.sandbox.world_copy import Pristine, ResetReport, WorldCopy
+from envs.scratch import processes_of
 
 
 def test_restore_undoes_every_kind_of_change(pristine_world: Path, tmp_path: Path) -> None:
@@ -57,7 +60,7 @@ def test_copy_is_private(pristine_world: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_world_and_bad_folder(pristine_world: Path, tmp_path: Path) -> None:
-    provider = LocalProvider({"w1": pristine_world}, scratch=tmp_path / "s")
+    provider = LocalProvider({"w1": pristine_world}, SandboxOptions(scratch=tmp_path / "s"))
     with pytest.raises(SandboxError, match=r"unknown world 'nope'; this provider serves: w1"):
         asyncio.run(provider.start("nope"))
     with pytest.raises(SandboxError, match="has no filesystem/"):
@@ -68,19 +71,21 @@ def test_unknown_world_and_bad_folder(pristine_world: Path, tmp_path: Path) -> N
 
 def test_provider_apps_decide_the_tools_a_sandbox_serves(pristine_world: Path, tmp_path: Path) -> None:
     async def listed() -> list[str]:
-        provider = LocalProvider({"w1": pristine_world}, scratch=tmp_path / "s", apps=("filesystem", "sheets"))
+        provider = LocalProvider(
+            {"w1": pristine_world}, SandboxOptions(scratch=tmp_path / "s", apps=("filesystem", "sheets"))
+        )
         async with SandboxPool(provider, size_per_world=1) as pool, pool.acquire("w1") as sandbox:
             return [tool.name for tool in await sandbox.client.list_tools()]
 
     names = asyncio.run(listed())
     assert names and {name.split("_", 1)[0] for name in names} == {"filesystem", "sheets"}
     with pytest.raises(ValueError, match=r"unknown apps \['spreadsheets'\]; apps are: "):
-        LocalProvider({"w1": pristine_world}, apps=("filesystem", "spreadsheets"))
+        LocalProvider({"w1": pristine_world}, SandboxOptions(apps=("filesystem", "spreadsheets")))
 
 
 def test_pool_rollouts_never_see_each_others_writes(pristine_world: Path, tmp_path: Path) -> None:
     async def rollouts() -> tuple[list[str], dict[str, float]]:
-        provider = LocalProvider({"w1": pristine_world}, scratch=tmp_path / "scratch")
+        provider = LocalProvider({"w1": pristine_world}, SandboxOptions(scratch=tmp_path / "scratch"))
         async with SandboxPool(provider, size_per_world=1) as pool:
             async with pool.acquire("w1") as first:
                 await first.call("filesystem.write_file", {"path": "notes/a.txt", "content": "rollout 1"})
@@ -105,10 +110,12 @@ def test_pool_rollouts_never_see_each_others_writes(pristine_world: Path, tmp_pa
 REAPED_SCRIPT = """
 import asyncio, json, os, signal, sys
 from pathlib import Path
-from envs.sandbox.local import LocalProvider, processes_of
+from envs.sandbox.base import SandboxOptions
+from envs.sandbox.local import LocalProvider
+from envs.scratch import processes_of
 
 async def main():
-    provider = LocalProvider({"w1": Path(sys.argv[1])}, scratch=Path(sys.argv[2]))
+    provider = LocalProvider({"w1": Path(sys.argv[1])}, SandboxOptions(scratch=Path(sys.argv[2])))
     sandbox = await provider.start("w1")
     print(json.dumps({"root": str(sandbox.world_root), "pids": processes_of(sandbox.world_root)}), flush=True)
     os.kill(os.getpid(), signal.SIGTERM)  # dies here, the sandbox never closed

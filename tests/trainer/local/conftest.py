@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.types import StopReason, Trajectory
+from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
 from trainer.local.logprobs import token_stats
 from trainer.model import TinyModelSpec, bootstrap_policy
 
@@ -21,15 +22,6 @@ CORPUS = [f"deal {i}: the board approved {i * 3 % 50} shares at {i % 9}.5 usd" f
 SPEC = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, head_dim=64, intermediate=128, max_position=512)
 
 MakeTrajectories = Callable[..., list[Trajectory]]
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny matmuls gain nothing from intra-op threads, and on a shared 2-core box their spin-waits cost 10-100x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -10,13 +10,15 @@ from envs.types import Trajectory
 from tests.trainer.loops.stub_runtime import StubRuntime
 from trainer.loops.async_loop import (
     AsyncLoopConfig,
+    AsyncStart,
     StreamCursor,
     admission_capacity,
     run_async,
     staleness,
 )
-from trainer.loops.common import LoopHistory, task_at
 from trainer.loops.engine_adapter import push_weights
+from trainer.loops.history import LoopHistory
+from trainer.loops.stream import task_at
 
 
 @pytest.mark.parametrize(
@@ -31,7 +33,8 @@ from trainer.loops.engine_adapter import push_weights
     ],
 )
 def test_admission_capacity_by_hand(workers, running, s, step, b, accepted, expected):
-    assert admission_capacity(workers, running, s, step, b, accepted) == expected
+    config = AsyncLoopConfig(workers=workers, max_staleness=s, prompts_per_step=b)
+    assert admission_capacity(config, running, step, accepted) == expected
 
 
 def test_staleness_uses_the_oldest_version_and_the_offset():
@@ -43,7 +46,7 @@ def test_staleness_uses_the_oldest_version_and_the_offset():
 
 def _run(runtime: StubRuntime, config: AsyncLoopConfig, tmp_path, start=0, cursor=None) -> LoopHistory:
     history = LoopHistory(kind="async")
-    return asyncio.run(run_async(runtime, config, start, cursor or StreamCursor(), history, tmp_path))
+    return asyncio.run(run_async(runtime, config, AsyncStart(start, cursor or StreamCursor(), history), tmp_path))
 
 
 @pytest.mark.parametrize("max_staleness", [0, 1, 2])

@@ -18,16 +18,11 @@ from envs.types import Split
 from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness_config, select_tasks
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
-from trainer.loops import SyncLoopConfig, run_sync_loop
-from trainer.loops.common import (
-    CHECKPOINTS,
-    TaskFilter,
-    default_envs,
-    evaluate_reward,
-    open_engine,
-    tasks_with_variance,
-)
+from trainer.loops import LoopJob, SyncLoopConfig, TaskFilter, run_sync_loop
 from trainer.loops.engine_adapter import InProcessEngine
+from trainer.loops.evaluation import evaluate_reward, tasks_with_variance
+from trainer.loops.policy import CHECKPOINTS, open_engine
+from trainer.loops.rollouts import Rollouts, default_envs
 
 CACHE = Path("runs/test-cache")
 BASE_MODELS = Path(__file__).resolve().parents[3] / "models" / "base"
@@ -83,11 +78,11 @@ def test_sync_loop_raises_the_pass_rate(tmp_path):
             engine.close()
 
     def screen(client, tokenizer):
-        return tasks_with_variance(candidates, envs, client, tokenizer, config.harness, n=8, seed=7)
+        return tasks_with_variance(Rollouts(envs, client, tokenizer, config.harness, seed=7), candidates, n=8)
 
     def pass_count(weights: Path) -> int:
         def measure(client, tokenizer):
-            return evaluate_reward(train, envs, client, tokenizer, config.harness, n=samples, seed=99)
+            return evaluate_reward(Rollouts(envs, client, tokenizer, config.harness, seed=99), train, n=samples)
 
         return round(on_policy(weights, measure)[1] * samples * len(train))
 
@@ -95,7 +90,7 @@ def test_sync_loop_raises_the_pass_rate(tmp_path):
     assert len(train) >= 4, f"only {len(train)} tasks have reward variance under the base: it cannot learn"
     config = config.model_copy(update={"tasks": TaskFilter(tier=None, split=None, ids=tuple(t.task_id for t in train))})
     before = pass_count(base)
-    run_sync_loop(base, train, data / "worlds", config, tmp_path)
+    run_sync_loop(LoopJob(base, train, data / "worlds", tmp_path), config)
     after = pass_count(latest_checkpoint(tmp_path / CHECKPOINTS) / POLICY_DIR)
     n = samples * len(train)
     p = one_sided_z_p(before, after, n)

@@ -15,10 +15,10 @@ from envs.harness.chat import ToolListing
 from envs.harness.policy import PolicyHarness, read_policy_harness
 from envs.rollout import local_envs
 from envs.types import GradeResult, TaskSpec
+from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.local import TrainerConfig, latest_checkpoint
-from trainer.loops import AsyncLoopConfig, SyncLoopConfig, run_async_loop, run_sync_loop
-from trainer.loops.common import TaskFilter
+from trainer.loops import AsyncLoopConfig, LoopHooks, LoopJob, SyncLoopConfig, TaskFilter, run_async_loop, run_sync_loop
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
 
@@ -26,14 +26,6 @@ SPEC = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, inte
 HARNESS = HarnessConfig(
     tool_listing=ToolListing.COMPACT, max_turns=1, max_tokens_per_turn=6, context_budget_tokens=2048, seed=0
 )
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -85,10 +77,8 @@ def config(cls, steps: int, **extra):
 def test_sync_loop_trains_pushes_and_checkpoints(env, policy_dir, tmp_path):
     data, tasks = env
     seen = []
-    history = run_sync_loop(
-        policy_dir, tasks, data / "worlds", config(SyncLoopConfig, 2), tmp_path, seen.append,
-        envs_for=coin_envs(data / "worlds"),
-    )  # fmt: skip
+    job = LoopJob(policy_dir, tasks, data / "worlds", tmp_path, LoopHooks(seen.append), coin_envs(data / "worlds"))
+    history = run_sync_loop(job, config(SyncLoopConfig, 2))
     assert [r.step for r in history.steps] == [1, 2] and seen == history.steps
     assert all(r.trained and r.trajectories == 4 and r.reward_mean == 0.5 for r in history.steps)
     assert all(r.generate_s > 0 and r.train_s > 0 and r.sync_s > 0 for r in history.steps)
@@ -107,9 +97,10 @@ def assert_carries_the_harness(out: Path) -> None:
 def test_sync_resume_continues_the_exact_task_stream(env, policy_dir, tmp_path):
     data, tasks = env
     worlds, envs = data / "worlds", coin_envs(data / "worlds")
-    straight = run_sync_loop(policy_dir, tasks, worlds, config(SyncLoopConfig, 3), tmp_path / "a", envs_for=envs)
-    run_sync_loop(policy_dir, tasks, worlds, config(SyncLoopConfig, 2), tmp_path / "b", envs_for=envs)
-    resumed = run_sync_loop(policy_dir, tasks, worlds, config(SyncLoopConfig, 3), tmp_path / "b", envs_for=envs)
+    a, b = (LoopJob(policy_dir, tasks, worlds, tmp_path / name, envs_for=envs) for name in ("a", "b"))
+    straight = run_sync_loop(a, config(SyncLoopConfig, 3))
+    run_sync_loop(b, config(SyncLoopConfig, 2))
+    resumed = run_sync_loop(b, config(SyncLoopConfig, 3))
     assert [r.positions for r in resumed.steps] == [r.positions for r in straight.steps] == [[0, 1], [2, 3], [4, 5]]
     assert resumed.steps[-1].wall_s >= resumed.steps[1].wall_s  # the clock continues across the resume
 
@@ -117,13 +108,11 @@ def test_sync_resume_continues_the_exact_task_stream(env, policy_dir, tmp_path):
 def test_async_loop_runs_on_the_real_engine(env, policy_dir, tmp_path):
     data, tasks = env
     cfg = config(AsyncLoopConfig, 2, workers=3, max_staleness=1)
-    history = run_async_loop(policy_dir, tasks, data / "worlds", cfg, tmp_path, envs_for=coin_envs(data / "worlds"))
+    job = LoopJob(policy_dir, tasks, data / "worlds", tmp_path, envs_for=coin_envs(data / "worlds"))
+    history = run_async_loop(job, cfg)
     assert [r.step for r in history.steps] == [1, 2]
     assert all(len(r.positions) == 2 and r.staleness_max <= 1 for r in history.steps)
-    resumed = run_async_loop(
-        policy_dir, tasks, data / "worlds", cfg.model_copy(update={"steps": 3}), tmp_path,
-        envs_for=coin_envs(data / "worlds"),
-    )  # fmt: skip
+    resumed = run_async_loop(job, cfg.model_copy(update={"steps": 3}))
     assert [r.step for r in resumed.steps] == [1, 2, 3]
     trained = [p for r in resumed.steps for p in r.positions]
     assert len(set(trained)) == len(trained)  # no position trained twice across the resume
@@ -198,7 +187,7 @@ def test_async_loop_on_ray_actors(env, policy_dir, tmp_path):
     data, tasks = env
     cfg = config(AsyncLoopConfig, 2, workers=2, max_staleness=1, runtime=RuntimeKind.RAY)
     envs = coin_envs(data / "worlds")
-    history = run_async_loop(policy_dir, tasks, data / "worlds", cfg, tmp_path, envs_for=envs)
+    history = run_async_loop(LoopJob(policy_dir, tasks, data / "worlds", tmp_path, envs_for=envs), cfg)
     assert [r.step for r in history.steps] == [1, 2]
     assert all(len(r.positions) == 2 and r.staleness_max <= 1 for r in history.steps)
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000002"

@@ -1,0 +1,188 @@
+"""The one client of OpenAI-style HTTP APIs (vLLM, our engine, a judge model): what every caller of one shares.
+
+Callers (``envs.harness.engine_client``, ``envs.judge``, ``evals.mcq``, the trainer's engine control) build their
+request bodies and read their reply fields; this module owns the rest:
+
+* **base URL** — the root without a trailing slash; every call names a path relative to it;
+* **auth** — ``Authorization: Bearer <key>``, the keys taken round-robin, one per call (a rate-limited key is rotated
+  away); no keys, no header;
+* **timeouts** — ``timeout_s`` bounds every call, connect to last byte (httpx's per-phase limits, connect at most
+  ``CONNECT_TIMEOUT_S``, under one wall-clock limit);
+* **failures** — every failure raises ``ApiError`` with its ``ApiFailure`` class (``classify_status`` for HTTP
+  answers) and a message ``<path>: <detail>``; server text quoted in it has every key replaced by ``***`` first;
+* **replies** — ``post_json`` returns a JSON object or raises ``malformed_response``; ``first_choice`` reads a
+  completion's first choice;
+* **retries** — the policy is the caller's (the judge retries, the harness re-runs a rollout instead); the parts of
+  one live here: ``ApiFailure.retryable``, the ``Retry-After`` header (``ApiError.retry_after_s``) and full-jitter
+  ``backoff_delay_s``.
+
+Example::
+
+    async with ApiClient("http://127.0.0.1:8000/v1", timeout_s=60.0, keys=[SecretStr("sk-...")]) as api:
+        choice = first_choice(await api.post_json("/chat/completions", body), "/chat/completions")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import itertools
+import random
+import time
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Self
+
+import httpx
+from pydantic import SecretStr
+
+CONNECT_TIMEOUT_S = 30.0
+"""Cap on the connect phase: a peer that takes longer to accept a connection is not coming."""
+QUOTE_CHARS = 500
+"""How much server text an error message quotes (enough for vLLM's context-length refusals)."""
+
+
+class ApiFailure(StrEnum):
+    RATE_LIMITED = "rate_limited"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    AUTH = "auth"
+    BAD_REQUEST = "bad_request"
+    MALFORMED_RESPONSE = "malformed_response"
+
+    @property
+    def retryable(self) -> bool:
+        """The same request may succeed later (a busy or unreachable server), as opposed to a wrong request/server."""
+        return self in _RETRYABLE
+
+
+_RETRYABLE = frozenset({ApiFailure.RATE_LIMITED, ApiFailure.SERVER_ERROR, ApiFailure.TIMEOUT, ApiFailure.CONNECTION})
+
+# 4xx answers with a class of their own; 408 (request timeout) and 429 mean "not now" rather than "not this request".
+_STATUS_FAILURE = {
+    401: ApiFailure.AUTH,
+    403: ApiFailure.AUTH,
+    408: ApiFailure.TIMEOUT,
+    429: ApiFailure.RATE_LIMITED,
+}
+
+
+def classify_status(status_code: int) -> ApiFailure | None:
+    """The failure class of an HTTP status (``None`` for 2xx/3xx)."""
+    if status_code in _STATUS_FAILURE:
+        return _STATUS_FAILURE[status_code]
+    if status_code >= 500:
+        return ApiFailure.SERVER_ERROR
+    if status_code >= 400:
+        return ApiFailure.BAD_REQUEST
+    return None
+
+
+class ApiError(Exception):
+    """One call failed: ``failure`` says why, ``detail`` what happened (keys already redacted), ``path`` where."""
+
+    def __init__(self, failure: ApiFailure, path: str, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.failure = failure
+        self.path = path
+        self.detail = detail
+        self.retry_after_s = retry_after_s
+
+
+def backoff_delay_s(retry_index: int, base_s: float, max_s: float, rng: random.Random) -> float:
+    """Full jitter: ``U(0, min(max_s, base_s * 2**retry_index))`` (Brooker, AWS Architecture Blog 2015)."""
+    return rng.uniform(0.0, min(max_s, base_s * 2.0**retry_index))
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
+    if value is None or not value.strip():
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class ApiClient:
+    """An ``httpx.AsyncClient`` on one base URL; use as an async context manager (or call ``aclose``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float,
+        *,
+        keys: Sequence[SecretStr] = (),
+        limits: httpx.Limits | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._keys = list(keys)
+        self._key_cycle = itertools.cycle(self._keys)
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
+        options: dict[str, Any] = {"transport": transport} | ({"limits": limits} if limits is not None else {})
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, **options)
+
+    def __repr__(self) -> str:
+        return f"ApiClient(base_url={self.base_url!r}, keys={len(self._keys)})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def redact(self, text: str, limit: int = QUOTE_CHARS) -> str:
+        """Server text fit for logs and errors: every key replaced by ``***`` (before cutting: no key half survives)."""
+        for key in self._keys:
+            text = text.replace(key.get_secret_value(), "***")
+        return text[:limit]
+
+    async def post_json(
+        self, path: str, body: Mapping[str, Any] | None = None, *, params: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """POST ``body`` as JSON to ``path``; the reply's JSON object, or ``ApiError``."""
+        headers = {"Authorization": f"Bearer {next(self._key_cycle).get_secret_value()}"} if self._keys else None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                response = await self._http.post(path, json=body, params=params, headers=headers)
+        except (TimeoutError, httpx.TimeoutException) as error:
+            detail = f"no reply within {self.timeout_s:g} s ({type(error).__name__})"
+            raise ApiError(ApiFailure.TIMEOUT, path, detail) from error
+        except httpx.TransportError as error:
+            detail = self.redact(f"transport error {type(error).__name__}: {error}")
+            raise ApiError(ApiFailure.CONNECTION, path, detail) from error
+        failure = classify_status(response.status_code)
+        if failure is not None:
+            detail = f"HTTP {response.status_code}: {self.redact(response.text)}"
+            raise ApiError(failure, path, detail, parse_retry_after(response.headers.get("retry-after")))
+        try:
+            data = response.json()
+        except ValueError as error:
+            detail = f"reply is not JSON: {self.redact(response.text, 200)!r}"
+            raise ApiError(ApiFailure.MALFORMED_RESPONSE, path, detail) from error
+        if not isinstance(data, dict):
+            raise ApiError(ApiFailure.MALFORMED_RESPONSE, path, f"reply is a JSON {type(data).__name__}, not an object")
+        return data
+
+
+def first_choice(data: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """``data["choices"][0]`` of a completion reply, or ``ApiError(malformed_response)``.
+
+    The error names the reply's top-level fields, not their values: this function has no keys to redact them of.
+    """
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        fields = ", ".join(sorted(map(str, data))[:10])
+        raise ApiError(ApiFailure.MALFORMED_RESPONSE, path, f"reply has no choices (its fields: {fields or 'none'})")
+    return choices[0]

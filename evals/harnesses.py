@@ -1,0 +1,96 @@
+"""The agent harnesses an eval runs through: ``HARNESSES`` maps each ``HarnessKind`` to a builder that opens what its
+tasks' environments need (a sandbox pool goes on the eval's exit stack) and returns task → environment factory.
+
+Only the MCP harness serves the policy's apps (through the stdio gateway in pooled sandboxes, or in-process:
+``McpBackend``); the code-only and terminal harnesses have tools of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from envs.harness.agent import EnvsForTask
+from envs.types import TaskSpec
+from evals.errors import EvalConfigError
+from evals.spec import EvalSpec, HarnessKind, McpBackend
+
+Apps = Sequence[str] | None
+HarnessBuilder = Callable[[EvalSpec, Apps, Sequence[TaskSpec], contextlib.AsyncExitStack], Awaitable[EnvsForTask]]
+"""(spec, the policy's apps, tasks, exit stack) → task → env factory; shared resources (a sandbox pool) go on the
+exit stack. Only the MCP harness serves apps; the code-only and terminal harnesses have tools of their own."""
+
+
+def _worlds_root(spec: EvalSpec) -> Path:
+    root = spec.tasks.worlds_root()
+    if root is None:
+        raise EvalConfigError(
+            f"the {spec.harness.value} harness needs the tasks' worlds; "
+            f"give a worlds folder for the {spec.tasks.kind.value} source"
+        )
+    if not root.is_dir():
+        raise EvalConfigError(f"worlds folder {root} does not exist")
+    return root
+
+
+async def _mcp_gateway(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
+    from envs.rollout import pooled_envs
+    from envs.sandbox.base import SandboxOptions
+    from envs.sandbox.local import LocalProvider
+    from envs.sandbox.pool import SandboxPool
+
+    root = _worlds_root(spec)
+    world_ids = sorted({task.world_id for task in tasks})
+    per_world = Counter(task.world_id for task in tasks)
+    size = min(spec.concurrency, spec.passes * max(per_world.values()))
+    pool = await stack.enter_async_context(
+        SandboxPool(LocalProvider({w: root / w for w in world_ids}, SandboxOptions(apps=apps)), size_per_world=size)
+    )
+    return lambda task: pooled_envs(pool, task, root)
+
+
+async def _mcp_in_process(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
+    from envs.rollout import local_envs
+
+    root = _worlds_root(spec)
+    return lambda task: local_envs(task, root, apps)
+
+
+_MCP_BACKENDS: dict[McpBackend, HarnessBuilder] = {
+    McpBackend.GATEWAY: _mcp_gateway,
+    McpBackend.IN_PROCESS: _mcp_in_process,
+}
+
+
+async def _mcp(spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack) -> EnvsForTask:
+    return await _MCP_BACKENDS[spec.mcp_backend](spec, apps, tasks, stack)
+
+
+async def _code_only(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
+    from envs.harness.code_tools import code_only_envs
+
+    root = _worlds_root(spec)
+    return lambda task: code_only_envs(task, root)
+
+
+async def _terminal(
+    spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
+) -> EnvsForTask:
+    from envs.harness.terminal import terminal_envs
+
+    return terminal_envs
+
+
+HARNESSES: dict[HarnessKind, HarnessBuilder] = {
+    HarnessKind.MCP: _mcp,
+    HarnessKind.CODE_ONLY: _code_only,
+    HarnessKind.TERMINAL: _terminal,
+}

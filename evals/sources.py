@@ -1,0 +1,92 @@
+"""Where an eval's tasks come from: ``TaskSource`` and the loader and worlds folder of each ``SourceKind``.
+
+TaskSource(kind=SourceKind.DATA, path=Path("data"), split=Split.HELDOUT).load()   # → list[TaskSpec]
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envs.types import Split, TaskSpec
+from evals.errors import EvalConfigError
+
+
+class SourceKind(StrEnum):
+    DATA = "data"  # our data folder: <path>/tasks/<split>.jsonl, worlds under <path>/worlds
+    JSONL = "jsonl"  # a TaskSpec JSONL file; worlds under ``worlds``
+    APEX = "apex"  # an APEX-Agents file; worlds under ``worlds``
+    HARBOR = "harbor"  # a folder of Harbor task folders; each task folder is its own world
+    BUNDLED_TERMINAL = "bundled-terminal"  # the terminal tasks shipped with envs
+
+
+class TaskSource(BaseModel):
+    """Where the tasks come from; ``path`` is required for every kind except ``bundled-terminal``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SourceKind
+    path: Path | None = None
+    split: Split = Split.HELDOUT
+    worlds: Path | None = Field(None, description="worlds folder for jsonl / apex sources")
+    limit: int | None = Field(None, ge=1, description="only the first N tasks (in source order)")
+
+    @model_validator(mode="after")
+    def _path_given(self) -> TaskSource:
+        if self.path is None and self.kind is not SourceKind.BUNDLED_TERMINAL:
+            raise ValueError(f"task source {self.kind.value!r} needs a path")
+        return self
+
+    def load(self) -> list[TaskSpec]:
+        tasks = _LOADERS[self.kind](self)
+        if not tasks:
+            raise EvalConfigError(f"task source {self.kind.value} {self.path} holds no tasks")
+        return tasks[: self.limit]
+
+    def worlds_root(self) -> Path | None:
+        """The folder holding ``<world_id>/`` for each task, or None when the source has none."""
+        return _WORLDS[self.kind](self)
+
+
+def _bundled_terminal(_: TaskSource) -> list[TaskSpec]:
+    from envs.harness.terminal import bundled_terminal_tasks
+
+    return list(bundled_terminal_tasks())
+
+
+def _load_data(source: TaskSource) -> list[TaskSpec]:
+    from envs.build import load_tasks
+
+    return load_tasks(_path(source), (source.split,))
+
+
+def _path(source: TaskSource) -> Path:
+    assert source.path is not None  # guaranteed by TaskSource's validator
+    return source.path
+
+
+def _lazy(module: str, name: str) -> Callable[[TaskSource], list[TaskSpec]]:
+    def load(source: TaskSource) -> list[TaskSpec]:
+        return getattr(importlib.import_module(module), name)(_path(source))
+
+    return load
+
+
+_LOADERS: dict[SourceKind, Callable[[TaskSource], list[TaskSpec]]] = {
+    SourceKind.DATA: _load_data,
+    SourceKind.JSONL: _lazy("envs.loaders", "load_jsonl"),
+    SourceKind.APEX: _lazy("envs.loaders", "load_apex"),
+    SourceKind.HARBOR: _lazy("envs.loaders", "load_harbor_dir"),
+    SourceKind.BUNDLED_TERMINAL: _bundled_terminal,
+}
+_WORLDS: dict[SourceKind, Callable[[TaskSource], Path | None]] = {
+    SourceKind.DATA: lambda s: _path(s) / "worlds",
+    SourceKind.JSONL: lambda s: s.worlds,
+    SourceKind.APEX: lambda s: s.worlds,
+    SourceKind.HARBOR: _path,  # load_harbor names each task's world after its folder
+    SourceKind.BUNDLED_TERMINAL: lambda s: None,
+}

@@ -1,0 +1,67 @@
+"""``LoopConfig``: the knobs the synchronous and the fully-async loop share, and what they derive from them (the
+engine's config, the harness checkpoints carry, when to evaluate and checkpoint, the run's ``Rollouts``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import PreTrainedTokenizerBase
+
+from envs.harness.agent import EnvsForTask, HarnessConfig
+from envs.harness.engine_client import CompletionEngine
+from envs.harness.policy import PolicyHarness
+from trainer.engine import EngineConfig
+from trainer.local import TrainerConfig
+from trainer.loops.policy import LoopCheckpoints
+from trainer.loops.rollouts import Rollouts
+from trainer.loops.stream import TaskFilter
+
+
+class LoopConfig(BaseModel):
+    """Knobs both loops share. Defaults suit the local profile's toy tier; the harness must match the base model's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    # --- core ---------------------------------------------------------------------------------------------------
+    prompts_per_step: int = Field(16, ge=1)
+    """Groups per optimizer step (B, the mini-batch in prompts)."""
+    samples_per_prompt: int = Field(8, ge=2)
+    """Rollouts per group (n); GRPO needs at least 2."""
+    steps: int = Field(20, ge=1)
+    """Optimizer steps of the whole run (a resumed run continues up to this)."""
+    tasks: TaskFilter = TaskFilter()
+    harness: HarnessConfig = HarnessConfig()
+    trainer: TrainerConfig = TrainerConfig(lr=1e-4)
+    apps: tuple[str, ...] | None = None
+    """Apps the local tool session offers (None: all); the bootstrap's base is trained on filesystem + sheets."""
+    seed: int = 0
+    # --- advanced -----------------------------------------------------------------------------------------------
+    eval_every: int = Field(0, ge=0)
+    """Evaluate every N steps (0: never) on the first ``eval_tasks`` selected tasks, ``eval_samples`` each."""
+    eval_tasks: int = Field(16, ge=1)
+    eval_samples: int = Field(4, ge=1)
+    checkpoint_every: int = Field(5, ge=0)
+    """Checkpoint every N steps and at the end (0: only at the end)."""
+    max_num_seqs: int = Field(128, ge=1)
+    """Engine KV slots (concurrent sequences)."""
+
+    def engine_config(self) -> EngineConfig:
+        return EngineConfig(max_num_seqs=self.max_num_seqs, max_model_len=self.harness.context_budget_tokens)
+
+    def policy_harness(self) -> PolicyHarness:
+        """The harness settings every checkpoint's policy folder carries (``harness.json``)."""
+        return PolicyHarness.from_training(self.harness, self.apps)
+
+    def checkpoints(self, out_dir: Path, kind: str) -> LoopCheckpoints:
+        return LoopCheckpoints(out_dir, kind, self.policy_harness())
+
+    def rollouts(self, envs_for: EnvsForTask, engine: CompletionEngine, tokenizer: PreTrainedTokenizerBase) -> Rollouts:
+        """The run's group rollouts: this config's harness and seed over ``engine``."""
+        return Rollouts(envs_for, engine, tokenizer, self.harness, self.seed)
+
+    def checkpoint_due(self, step: int) -> bool:
+        return step == self.steps or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)
+
+    def eval_due(self, step: int) -> bool:
+        return self.eval_every > 0 and (step % self.eval_every == 0 or step == self.steps)

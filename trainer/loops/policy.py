@@ -1,0 +1,75 @@
+"""The policy a loop trains: the trainer and the engine on two copies of the weights, resumed from the run's newest
+loadable checkpoint under ``<out_dir>/checkpoints``, and where a loop writes its own checkpoints (``LoopCheckpoints``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import JsonValue
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from envs.harness.policy import PolicyHarness
+from trainer.engine import Engine, EngineConfig
+from trainer.local import LocalTrainer, TrainerConfig, load_latest_checkpoint, save_checkpoint
+from trainer.local.checkpoint import POLICY_DIR, CheckpointInfo
+from trainer.model import load_policy
+
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class Policy:
+    """The trainer's model, the engine's separate copy (the trainer updates in place; the engine must not see a
+    half-updated tensor), the tokenizer, and where a resume left off."""
+
+    trainer: LocalTrainer
+    engine: Engine
+    tokenizer: PreTrainedTokenizerBase
+    resumed: CheckpointInfo | None
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def open_trainer(
+    policy_dir: Path, trainer_config: TrainerConfig, out_dir: Path
+) -> tuple[LocalTrainer, PreTrainedTokenizerBase, CheckpointInfo | None]:
+    """A trainer on the policy, restored from the newest checkpoint under ``out_dir`` that loads (a damaged one is
+    moved aside with a warning: ``load_latest_checkpoint``), when there is one."""
+    model: PreTrainedModel
+    model, tokenizer = load_policy(policy_dir)
+    trainer = LocalTrainer(model, trainer_config)
+    return trainer, tokenizer, load_latest_checkpoint(out_dir / CHECKPOINTS, trainer)
+
+
+def engine_weights(policy_dir: Path, resumed: CheckpointInfo | None) -> Path:
+    """Where the engine loads from: the checkpoint's policy when resuming, else the base policy."""
+    return resumed.path / POLICY_DIR if resumed is not None else policy_dir
+
+
+def open_engine(weights: Path, engine_config: EngineConfig) -> Engine:
+    """An engine on its own copy of the weights in ``weights`` (a policy folder)."""
+    model, tokenizer = load_policy(weights)
+    return Engine(model, tokenizer, engine_config)
+
+
+def open_policy(policy_dir: Path, trainer_config: TrainerConfig, out_dir: Path, engine_config: EngineConfig) -> Policy:
+    """Trainer and engine on two copies of the policy, resumed from ``out_dir``'s newest checkpoint if any."""
+    trainer, tokenizer, resumed = open_trainer(policy_dir, trainer_config, out_dir)
+    return Policy(trainer, open_engine(engine_weights(policy_dir, resumed), engine_config), tokenizer, resumed)
+
+
+@dataclass(frozen=True)
+class LoopCheckpoints:
+    """How a loop run checkpoints: under ``<out_dir>/checkpoints``, tagged with the loop's kind, every policy folder
+    carrying the harness it was trained with (``harness.json``)."""
+
+    out_dir: Path
+    kind: str
+    harness: PolicyHarness
+
+    def save(self, trainer: LocalTrainer, tokenizer: PreTrainedTokenizerBase, step: int, cursor: JsonValue) -> None:
+        root = self.out_dir / CHECKPOINTS
+        save_checkpoint(root, trainer, step, cursor, {"kind": self.kind}, tokenizer=tokenizer, harness=self.harness)
