@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ READER_BY_SUFFIX: dict[str, str] = {
 }
 
 
+MAX_PATH_PARTS = 64
+"""Deepest path a tool accepts: far past any real folder tree, far short of the ~1000 missing folders at which
+``Path.mkdir(parents=True)`` (one recursion per folder) fails with a RecursionError instead of an OSError."""
+
+
 @dataclass(frozen=True)
 class World:
     """A world folder: ``filesystem/`` holds the company's files, ``apps_data/`` the mail, chat and calendar state."""
@@ -58,7 +64,10 @@ class World:
         return self.root / "apps_data"
 
     def path(self, rel: str) -> Path:
-        """Resolve ``rel`` (relative to ``filesystem/``), refusing ``..``, absolute paths and symlinks that leave it."""
+        """Resolve ``rel`` (relative to ``filesystem/``), refusing ``..``, absolute paths and symlinks that leave it,
+        and paths of more than ``MAX_PATH_PARTS`` parts."""
+        if isinstance(rel, str) and rel.count("/") >= MAX_PATH_PARTS:
+            raise ToolError(f"path {rel[:40]!r}... has more than {MAX_PATH_PARTS} parts; use a shallower path")
         return resolve_inside(self.fs_root, rel)
 
     def rel(self, file: Path) -> str:
@@ -265,6 +274,22 @@ def check_encodable(name: str, args: Any) -> None:
                 pending += [(f"{where} key {key!a}", key), (label, item)]
         elif isinstance(value, list | tuple):
             pending += [(f"{where} item {index}", item) for index, item in enumerate(value)]
+
+
+# What XML 1.0 cannot hold (control characters other than tab, newline and return; U+FFFE and U+FFFF): inside a .docx,
+# .xlsx or .pptx every text is XML, and lxml / openpyxl refuse these with a bare ValueError deep inside a write.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def check_office_text(argument: str, *texts: str) -> None:
+    """Refuse text an office file cannot store with a ``ToolError`` naming the argument and the character (lone
+    surrogates never get here: ``check_encodable`` refused them)."""
+    for text in texts:
+        if found := _NOT_XML.search(text):
+            raise ToolError(
+                f"argument {argument!r} holds {found.group()!a} at character {found.start()}, a control character "
+                "an office file cannot store; send the text without it"
+            )
 
 
 def encodable_text(text: str) -> str:

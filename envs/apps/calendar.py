@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,7 +49,9 @@ def _bound(value: str, what: str, end_of_day: bool) -> datetime:
     """A filter bound; a bare date means the start of that day, or (for an end bound) the end of it."""
     moment = parse_timestamp(value, what)
     is_date_only = len(value.strip()) == len("2026-03-04")
-    return moment + timedelta(days=1) if end_of_day and is_date_only else moment
+    if not (end_of_day and is_date_only):
+        return moment
+    return moment + timedelta(days=1) if moment.date() < date.max else datetime.max  # 9999-12-31 has no next day
 
 
 @tool(APP)

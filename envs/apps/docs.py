@@ -13,7 +13,7 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pydantic import Field
 
-from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, check_office_text, existing_file, open_with, tool
 from envs.files import atomic_write_bytes
 
 APP = "docs"
@@ -114,6 +114,8 @@ def create_document(world: World, path: str, title: str, paragraphs: list[str]) 
     file = world.path(path)
     if file.suffix.lower() not in SUFFIXES:
         raise ToolError(f"{path!r} must end in .docx to be a Word document")
+    check_office_text("title", title)
+    check_office_text("paragraphs", *paragraphs)
     document = docx.Document()
     document.add_heading(title, level=0)
     for text in paragraphs:
@@ -133,6 +135,7 @@ def append_paragraph(world: World, path: str, text: str) -> str:
     Returns "appended paragraph to PATH (now N paragraphs)".
     """
     file = existing_file(world, path, SUFFIXES)
+    check_office_text("text", text)
     document = _load(file)
     document.add_paragraph(text)
     _save(document, file)
@@ -169,6 +172,7 @@ def replace_text(world: World, path: str, old: Annotated[str, Field(min_length=1
     Returns "replaced N occurrence(s) of OLD in PATH"; fails when the text does not occur.
     """
     file = existing_file(world, path, SUFFIXES)
+    check_office_text("new", new)
     document = _load(file)
     count = sum(_replace_in_paragraph(p, old, new) for p in _all_paragraphs(document))
     if count == 0:

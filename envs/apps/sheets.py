@@ -28,7 +28,7 @@ from openpyxl.worksheet.formula import ArrayFormula
 from openpyxl.worksheet.worksheet import Worksheet
 from pycel import ExcelCompiler
 
-from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, check_office_text, existing_file, open_with, tool
 from envs.apps.office_files import MAX_RANGE_CELLS
 from envs.files import atomic_write_bytes
 
@@ -311,6 +311,8 @@ def write_cell(world: World, path: str, sheet: str, cell: str, value: str | floa
     Returns "Sheet!C7 = VALUE" (for a formula also its computed value). Formulas that depend on the cell show the new
     result on the next read.
     """
+    if isinstance(value, str):
+        check_office_text("value", value)
     book = _open(world, path)
     ws = book.sheet(sheet)
     ref = _cell_ref(cell)

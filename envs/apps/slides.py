@@ -13,7 +13,7 @@ from pptx.shapes.base import BaseShape
 from pptx.slide import Slide, SlideLayout
 from pptx.util import Inches, Pt
 
-from envs.apps.base import ToolError, World, existing_file, open_with, tool
+from envs.apps.base import ToolError, World, check_office_text, existing_file, open_with, tool
 from envs.files import atomic_write_bytes
 
 APP = "slides"
@@ -139,6 +139,8 @@ def add_slide(world: World, path: str, title: str, bullets: list[str]) -> str:
     file = world.path(path)
     if file.suffix.lower() not in SUFFIXES:
         raise ToolError(f"{path!r} must end in .pptx to be a PowerPoint deck")
+    check_office_text("title", title)
+    check_office_text("bullets", *bullets)
     deck = _load(existing_file(world, path, SUFFIXES)) if file.exists() else Presentation()
     slide = deck.slides.add_slide(_layout(deck))
     _fill(slide, title, bullets)
