@@ -515,17 +515,58 @@ def profile_path(profile: str | Path) -> Path:
     return named
 
 
-def _parse_value(text: str) -> Any:
-    """An override's value as YAML (``30`` → int, ``[1, 2]`` → list, ``true`` → bool, else the string)."""
+# What PyYAML raises besides YAMLError on hostile text: explicit tags its constructors cannot fit (``!!int x``,
+# ``!!timestamp x``), integers past Python's 4300-digit limit, nesting deeper than the interpreter's stack.
+_YAML_CRASHES = (yaml.YAMLError, ValueError, TypeError, AttributeError, KeyError, IndexError, RecursionError)
+MAX_PROFILE_DEPTH = 32
+MAX_PROFILE_NODES = 100_000
+
+
+def _yaml(text: str) -> Any:
+    """``text`` as YAML, or ``ValueError`` saying why not (one type for every way a document can be refused)."""
     try:
         return yaml.safe_load(text)
-    except yaml.YAMLError:
+    except _YAML_CRASHES as error:
+        raise ValueError(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}") from None
+
+
+def _parse_value(text: str) -> Any:
+    """An override's value as YAML (``30`` → int, ``[1, 2]`` → list, ``true`` → bool); text YAML cannot read stays
+    the string (validation then says whether the field takes a string)."""
+    try:
+        return _yaml(text)
+    except ValueError:
         return text
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def _plain(value: Any, source: str) -> Any:
+    """A copy of a YAML document as JSON-like data: text keys only, no alias cycles, at most ``MAX_PROFILE_DEPTH``
+    levels and ``MAX_PROFILE_NODES`` values (aliases are expanded here, so a "billion laughs" document is refused
+    instead of filling memory). Scalars JSON has no type for (a YAML date) become their text, as run.json stores
+    them."""
+    budget = [MAX_PROFILE_NODES]
+
+    def copy(node: Any, depth: int, path: str) -> Any:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ProfileError(f"{source}: more than {MAX_PROFILE_NODES} values (aliases expanded); not a profile")
+        if depth > MAX_PROFILE_DEPTH:
+            raise ProfileError(f"{source}: nested deeper than {MAX_PROFILE_DEPTH} levels at {path or 'the top'}")
+        if isinstance(node, dict):
+            bad = [key for key in node if not isinstance(key, str)]
+            if bad:
+                raise ProfileError(f"{source}: key {bad[0]!r} at {path or 'the top'} is not text (quote it)")
+            return {key: copy(child, depth + 1, f"{path}.{key}".lstrip(".")) for key, child in node.items()}
+        if isinstance(node, list):
+            return [copy(child, depth + 1, f"{path}[{i}]") for i, child in enumerate(node)]
+        return node if node is None or isinstance(node, str | int | float | bool) else str(node)
+
+    return copy(value, 0, "")
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str], source: str = "profile") -> dict[str, Any]:
     """``["stages.overfit.steps=30", ...]`` applied to a profile's raw mapping (a new dict; nested keys created)."""
-    result = json.loads(json.dumps(raw, default=str))
+    result = _plain(raw, source)
     for override in overrides:
         key, sep, value = override.partition("=")
         if not sep or not key.strip():
@@ -537,7 +578,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             if not isinstance(child, dict):
                 raise ProfileError(f"override {override!r}: {part!r} is not a section")
             node = child
-        node[leaf] = _parse_value(value)
+        node[leaf] = _plain(_parse_value(value), f"override {key.strip()!r}")
     return result
 
 
@@ -555,9 +596,13 @@ def load_profile(profile: str | Path, overrides: list[str] | None = None) -> Rec
     """Read, override and validate a profile (by name or path); nothing runs before this succeeds."""
     path = profile_path(profile)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _yaml(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise ProfileError(f"cannot read profile {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
+    except UnicodeDecodeError as error:
+        raise ProfileError(f"{path} is not UTF-8 text (byte {error.start})") from None
+    except ValueError as error:
         raise ProfileError(f"{path} is not valid YAML: {error}") from None
-    return validate_config(apply_overrides(raw or {}, overrides or []), str(path))
+    if raw is not None and not isinstance(raw, dict):
+        raise ProfileError(f"{path}: a profile is a YAML mapping, got {type(raw).__name__}")
+    return validate_config(apply_overrides(raw or {}, overrides or [], str(path)), str(path))

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trainer.engine.types import EngineRequestError, SamplingParams, Seed
 
@@ -100,6 +101,11 @@ async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
     return error_body(exc.status, str(exc))
 
 
+async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """FastAPI's own refusals (a body it cannot decode, a wrong method) in the same error shape as ours."""
+    return error_body(HTTPStatus(exc.status_code), str(exc.detail))
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     return error_body(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
@@ -110,6 +116,7 @@ _HANDLERS: dict[type[Exception], Any] = {
     ValidationError: _invalid,
     EngineRequestError: _refused,
     ApiError: _api_error,
+    StarletteHTTPException: _http_error,
     Exception: _unexpected,
 }
 
