@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.apps import World
 from envs.build import build_environment, load_tasks
-from envs.harness.agent import EnvsForTask, HarnessConfig, ToolListing, run_group
+from envs.harness.agent import AgentSetup, EnvsForTask, HarnessConfig, ToolListing, run_group
 from envs.harness.chat import compact_system_prompt
 from envs.harness.engine_client import CompletionsClient
 from envs.harness.tools import LocalToolSession
@@ -71,7 +71,7 @@ async def run_all(
     async with CompletionsClient(url, SERVED_NAME, timeout_s=600) as client:
         groups = await asyncio.gather(
             *(
-                run_group(task, factory(task), client, tokenizer, config, group_id=f"bench-{i}", n=group)
+                run_group(task, factory(task), AgentSetup(client, tokenizer, config), group_id=f"bench-{i}", n=group)
                 for i, task in enumerate(tasks)
             )
         )

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.faults import FaultPlan
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
@@ -29,6 +30,8 @@ class StageScope:
     """The stage's folder (``4-overfit``): the prefix of its artifact keys."""
     worlds: Path
     """The run's worlds folder (``<world_id>/`` per task)."""
+    faults: FaultPlan | None = None
+    """Faults to inject into the stage's rollouts (``envs.faults``; None: off), logged in the stage's folder."""
 
 
 @dataclass(frozen=True)

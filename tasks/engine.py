@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.faults import FaultPlan
 from envs.harness.engine_client import CompletionEngine, CompletionsClient
 from envs.net import serve_in_thread
 from trainer.engine import Engine, EngineConfig
@@ -55,8 +56,11 @@ def load_engine(policy_dir: Path, settings: EngineSettings) -> Engine:
 
 
 @asynccontextmanager
-async def rollout_engine(policy_dir: Path, settings: EngineSettings) -> AsyncIterator[CompletionEngine]:
-    """The engine a stage's rollouts sample from; closed on exit."""
+async def rollout_engine(
+    policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None = None
+) -> AsyncIterator[CompletionEngine]:
+    """The engine a stage's rollouts sample from; closed on exit. ``faults`` (``envs.faults``) go around the
+    in-process engine only: a remote engine's failures are its own."""
     if settings.url:
         name = settings.served_model_name or policy_dir.name
         async with CompletionsClient(settings.url, name, timeout_s=settings.timeout_s) as client:
@@ -66,7 +70,7 @@ async def rollout_engine(policy_dir: Path, settings: EngineSettings) -> AsyncIte
 
     engine = load_engine(policy_dir, settings)
     try:
-        yield EngineCompletions(engine)
+        yield EngineCompletions(engine, faults.injector("engine") if faults else None)
     finally:
         engine.close()
 

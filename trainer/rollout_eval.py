@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from envs.harness.agent import HarnessConfig, run_group
+from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, substitute
 from envs.rollout import local_envs
@@ -92,16 +92,15 @@ async def evaluate_pass_at_1(engine: Engine, tokenizer, tasks: Sequence[TaskSpec
     """Sampled (``setup.n`` per task) and greedy rollouts of every task → one row per tier × split."""
     if not tasks:
         raise ValueError("no tasks to evaluate")
-    client = EngineCompletions(engine)
-    config, n = setup.harness, setup.n
-    greedy_config = config.model_copy(update={"temperature": 0.0})
+    agent = AgentSetup(EngineCompletions(engine), tokenizer, setup.harness)
+    greedy_agent = agent.with_config(temperature=0.0)
     gate = asyncio.Semaphore(setup.concurrency)
 
     async def both(task: TaskSpec) -> tuple[list[Trajectory], Trajectory]:
         async with gate:
             envs = local_envs(task, setup.worlds_root, setup.apps)
-            sampled = await run_group(task, envs, client, tokenizer, config, group_id=f"{task.task_id}-t", n=n)
-            [greedy] = await run_group(task, envs, client, tokenizer, greedy_config, group_id=f"{task.task_id}-g", n=1)
+            sampled = await run_group(task, envs, agent, group_id=f"{task.task_id}-t", n=setup.n)
+            [greedy] = await run_group(task, envs, greedy_agent, group_id=f"{task.task_id}-g", n=1)
             return sampled, greedy
 
     results = await asyncio.gather(*(both(task) for task in tasks))

@@ -16,7 +16,7 @@ Beside the misalignments (the gate wants zero) it measures ``drift_rate``: the s
 decode → encode round trip would have given other ids — what a chat-completions harness would have trained on.
 
     engine = RecordingEngine(client)
-    trajectories = await run_group(task, envs, engine, tokenizer, config, group_id="g", n=4)
+    trajectories = await run_group(task, envs, AgentSetup(engine, tokenizer, config), group_id="g", n=4)
     report = check_tito(trajectories, engine.exchanges, tokenizer)
 """
 

@@ -38,7 +38,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from envs.apps import ToolError, World, call_tool, tool_schema
-from envs.harness.agent import HarnessConfig, run_agent, truncate_tool_result
+from envs.harness.agent import AgentSetup, HarnessConfig, run_agent, truncate_tool_result
 from envs.harness.chat import (
     delta_ids,
     encode,
@@ -325,9 +325,7 @@ async def check_parity(
         trajectory = await run_agent(
             task,
             tools,
-            engine,
-            tokenizer,
-            config,
+            AgentSetup(engine, tokenizer, config),
             grade_fn=lambda answer: GradeResult(criteria=[], score=0.0, passed=False),
             group_id=f"parity-{task.task_id}",
         )

@@ -5,6 +5,8 @@ template); each turn posts *all tokens so far* as the prompt to ``/v1/completion
 (mask 1, engine logprobs), parses them (``parsing.parse_turn``), runs the tool calls one after the other, and appends
 the observation tokens (mask 0, logprob 0) as a delta of the template (``chat.delta_ids``). History is never
 re-rendered, and the code checks that each request's prompt starts with the previous request's prompt + completion.
+What drives it besides the task and its tools (engine, tokenizer, ``HarnessConfig``, harness name) is one
+``AgentSetup``.
 
 Stop reasons and blame (``Trajectory.stop_reason`` / ``error_class``):
 
@@ -43,7 +45,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
@@ -183,15 +185,25 @@ def _observation_ids(
     return closing + delta_ids(tokenizer, [*observations[:-1], last])
 
 
-async def _rollout(
-    trajectory: Trajectory,
-    task: TaskSpec,
-    tools: ToolSession,
-    engine: CompletionEngine,
-    tokenizer: PreTrainedTokenizerBase,
-    config: HarnessConfig,
-) -> None:
+@dataclass(frozen=True)
+class AgentSetup:
+    """What drives a rollout besides its task and tools: the engine that samples, the tokenizer that renders the
+    chat template, the harness knobs, and the harness name the trajectories are labelled with (``mcp``,
+    ``code_only``, ``terminal``). They travel together from every caller down to the turn loop."""
+
+    engine: CompletionEngine
+    tokenizer: PreTrainedTokenizerBase
+    config: HarnessConfig
+    harness: str = "mcp"
+
+    def with_config(self, **update: object) -> AgentSetup:
+        """The same setup with some harness knobs changed (a group's seed, greedy sampling)."""
+        return replace(self, config=self.config.model_copy(update=update))
+
+
+async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, agent: AgentSetup) -> None:
     """The turn loop; fills ``trajectory`` in place so a timeout keeps what was done."""
+    engine, tokenizer, config = agent.engine, agent.tokenizer, agent.config
     eos = eos_token_id(tokenizer)
     close = turn_close_ids(tokenizer)
     budget = config.context_budget_tokens
@@ -266,27 +278,18 @@ async def _rollout(
 
 
 async def run_agent(
-    task: TaskSpec,
-    tools: ToolSession,
-    engine: CompletionEngine,
-    tokenizer: PreTrainedTokenizerBase,
-    config: HarnessConfig,
-    *,
-    grade_fn: GradeFn,
-    group_id: str,
-    sample_index: int = 0,
-    harness: str = "mcp",
+    task: TaskSpec, tools: ToolSession, agent: AgentSetup, *, grade_fn: GradeFn, group_id: str, sample_index: int = 0
 ) -> Trajectory:
     """One rollout of ``task``; graded by ``grade_fn`` unless it failed for infra or task reasons (see module doc)."""
-    trajectory = Trajectory(task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=harness)
-    deadline = asyncio.timeout(config.agent_timeout_s)
+    trajectory = Trajectory(task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=agent.harness)
+    deadline = asyncio.timeout(agent.config.agent_timeout_s)
     try:
         async with deadline:
-            await _rollout(trajectory, task, tools, engine, tokenizer, config)
+            await _rollout(trajectory, task, tools, agent)
     except TimeoutError:
         if not deadline.expired():
             raise
-        message = f"agent timeout of {config.agent_timeout_s:g} s"
+        message = f"agent timeout of {agent.config.agent_timeout_s:g} s"
         _stop(trajectory, StopReason.TIMEOUT, ErrorClass.MODEL, message)
     except EngineRejected:
         raise  # a configuration error: retrying would fail alike, and it is no outcome of the policy
@@ -322,15 +325,7 @@ _TASK_SETUP_ERRORS: tuple[type[Exception], ...] = (FileNotFoundError, NotADirect
 
 
 async def run_group(
-    task: TaskSpec,
-    env_factory: EnvFactory,
-    engine: CompletionEngine,
-    tokenizer: PreTrainedTokenizerBase,
-    config: HarnessConfig,
-    *,
-    group_id: str,
-    n: int,
-    harness: str = "mcp",
+    task: TaskSpec, env_factory: EnvFactory, agent: AgentSetup, *, group_id: str, n: int
 ) -> list[Trajectory]:
     """``n`` rollouts of ``task`` run concurrently, each in its own ``SampleEnv``; trajectories in sample order.
 
@@ -347,20 +342,14 @@ async def run_group(
                 env = await stack.enter_async_context(env_factory(sample_index))
             except Exception as error:
                 blame = ErrorClass.TASK if isinstance(error, _TASK_SETUP_ERRORS) else ErrorClass.RETRYABLE_INFRA
-                failed = Trajectory(task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=harness)
+                failed = Trajectory(
+                    task_id=task.task_id, group_id=group_id, sample_index=sample_index, harness=agent.harness
+                )
                 message = f"sample environment setup failed: {type(error).__name__}: {error}"
                 _stop(failed, StopReason.ERROR, blame, message)
                 return failed
             return await run_agent(
-                task,
-                env.tools,
-                engine,
-                tokenizer,
-                config,
-                grade_fn=env.grade,
-                group_id=group_id,
-                sample_index=sample_index,
-                harness=harness,
+                task, env.tools, agent, grade_fn=env.grade, group_id=group_id, sample_index=sample_index
             )
 
     try:

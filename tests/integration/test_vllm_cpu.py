@@ -37,7 +37,7 @@ from transformers import PreTrainedTokenizerBase, Qwen3ForCausalLM
 
 from envs.build import build_environment, load_tasks
 from envs.files import atomic_write_json
-from envs.harness.agent import run_group
+from envs.harness.agent import AgentSetup, run_group
 from envs.harness.chat import compact_system_prompt, encode, initial_messages, prompt_ids
 from envs.harness.engine_client import CompletionsClient, Sampling
 from envs.net import free_port
@@ -233,9 +233,7 @@ def rollouts(vllm_url: str, data_dir: Path, tasks: list[TaskSpec], policy) -> tu
                 run_group(
                     task,
                     local_envs(task, data_dir / "worlds", SPEC.apps),
-                    engine,
-                    tokenizer,
-                    CONFIG,
+                    AgentSetup(engine, tokenizer, CONFIG),
                     group_id=f"vllm-{task.task_id}",
                     n=N_SAMPLES,
                 )

@@ -11,7 +11,7 @@ import pytest
 
 from envs.apps import World
 from envs.build import build_environment, content_digest, load_manifest, load_tasks
-from envs.harness.agent import run_group
+from envs.harness.agent import AgentSetup, run_group
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness, write_policy_harness
 from envs.rollout import local_envs
 from envs.sandbox.world_copy import fork_world
@@ -242,8 +242,8 @@ def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
     engine = Engine(model, tokenizer, EngineConfig(max_num_seqs=2, torch_threads=1))
     try:
         trajectories = asyncio.run(
-            run_group(task, local_envs(task, small_data / "worlds", APPS), EngineCompletions(engine), tokenizer,
-                      harness_config(TINY), group_id="g", n=2)
+            run_group(task, local_envs(task, small_data / "worlds", APPS),
+                      AgentSetup(EngineCompletions(engine), tokenizer, harness_config(TINY)), group_id="g", n=2)
         )  # fmt: skip
     finally:
         engine.close()

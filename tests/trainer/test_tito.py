@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from envs.build import build_environment, load_tasks
-from envs.harness.agent import HarnessConfig, run_group
+from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.harness.chat import ToolListing, encode, eos_token_id
 from envs.harness.engine_client import Completion
 from envs.rollout import local_envs
@@ -54,9 +54,8 @@ def rollouts(setup, split_last: bool = False):
     args = {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"}
     texts = [tool_call_text("sheets.read_cell", args), tool_call_text("sheets.read_cell", args), "answers 25.9"]
     engine = RecordingEngine(ScriptedEngine(tokenizer, texts, split_last))
-    group = asyncio.run(
-        run_group(task, local_envs(task, data / "worlds", ("sheets",)), engine, tokenizer, HARNESS, group_id="g", n=3)
-    )
+    agent = AgentSetup(engine, tokenizer, HARNESS)
+    group = asyncio.run(run_group(task, local_envs(task, data / "worlds", ("sheets",)), agent, group_id="g", n=3))
     return group, engine, tokenizer
 
 

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from envs.graders import grade
-from envs.harness.agent import HarnessConfig, SampleEnv, run_agent, run_group
+from envs.harness.agent import AgentSetup, HarnessConfig, SampleEnv, run_agent, run_group
 from envs.harness.engine_client import CompletionsClient, EngineError, EngineRejected, Sampling
 from envs.harness.tools import LocalToolSession, ToolOutcome, error_signature
 from envs.net import free_port
@@ -63,9 +63,7 @@ def rollout(scripted, tokenizer, world, replies, config=CONFIG, tools=None):
             return await run_agent(
                 TASK,
                 session,
-                engine,
-                tokenizer,
-                config,
+                AgentSetup(engine, tokenizer, config),
                 grade_fn=lambda answer: grade(TASK, answer, world.root, world.root),
                 group_id="g",
             )
@@ -226,7 +224,7 @@ def test_run_group_runs_samples_concurrently_with_own_envs(scripted, tokenizer, 
 
     async def go():
         async with CompletionsClient(scripted.url, model, timeout_s=10) as engine:
-            return await run_group(TASK, env_factory, engine, tokenizer, CONFIG, group_id="g7", n=4)
+            return await run_group(TASK, env_factory, AgentSetup(engine, tokenizer, CONFIG), group_id="g7", n=4)
 
     trajs = asyncio.run(go())
     assert scripted.peak_in_flight[model] == 3  # the three healthy samples' slow final turns were in flight together
@@ -265,10 +263,11 @@ def test_engine_rejection_propagates_from_agent_and_group(scripted, tokenizer, w
 
     async def go(group: bool):
         async with CompletionsClient(scripted.url, model, timeout_s=10) as engine:
+            agent = AgentSetup(engine, tokenizer, CONFIG)
             if group:
-                return await run_group(TASK, env_factory, engine, tokenizer, CONFIG, group_id="g", n=3)
+                return await run_group(TASK, env_factory, agent, group_id="g", n=3)
             async with env_factory(0) as env:
-                return await run_agent(TASK, env.tools, engine, tokenizer, CONFIG, grade_fn=env.grade, group_id="g")
+                return await run_agent(TASK, env.tools, agent, grade_fn=env.grade, group_id="g")
 
     with pytest.raises(EngineRejected, match="HTTP 400"):
         asyncio.run(go(group=False))

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import torch
 
-from envs.harness.agent import HarnessConfig, run_agent
+from envs.harness.agent import AgentSetup, HarnessConfig, run_agent
 from envs.harness.engine_client import CompletionsClient
 from envs.net import serve_in_thread
 from envs.types import AnswerEquals, Domain, GradeResult, StopReason, TaskSpec
@@ -48,9 +48,7 @@ def _rollout(url, tokenizer):
             return await run_agent(
                 TASK,
                 _OneTool(),
-                engine,
-                tokenizer,
-                CONFIG,
+                AgentSetup(engine, tokenizer, CONFIG),
                 grade_fn=lambda answer: GradeResult(criteria=[], score=0.0, passed=False),
                 group_id="g",
             )

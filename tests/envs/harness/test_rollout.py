@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from envs.harness.agent import run_group
+from envs.harness.agent import AgentSetup, run_group
 from envs.harness.engine_client import CompletionsClient
 from envs.rollout import local_envs, pooled_envs
 from envs.sandbox.local import LocalProvider
@@ -39,12 +39,11 @@ def test_samples_write_in_private_worlds_and_are_graded(scripted, tokenizer, wor
 
     async def go():
         async with CompletionsClient(scripted.url, f"writer-{kind}", timeout_s=10) as engine:
+            agent = AgentSetup(engine, tokenizer, CONFIG)
             if kind == "local":
-                return await run_group(TASK, local_envs(TASK, worlds), engine, tokenizer, CONFIG, group_id="g", n=3)
+                return await run_group(TASK, local_envs(TASK, worlds), agent, group_id="g", n=3)
             async with SandboxPool(LocalProvider({"w": pristine}), size_per_world=2) as pool:
-                return await run_group(
-                    TASK, pooled_envs(pool, TASK, worlds), engine, tokenizer, CONFIG, group_id="g", n=3
-                )
+                return await run_group(TASK, pooled_envs(pool, TASK, worlds), agent, group_id="g", n=3)
 
     trajectories = asyncio.run(go())
     assert [t.passed for t in trajectories] == [True, True, True], [t.error for t in trajectories]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from envs.build import ensure_environment, load_tasks
+from envs.harness.agent import AgentSetup
 from envs.types import Split
 from trainer.bootstrap import BootstrapReport, BootstrapSpec, bootstrap, harness_config, select_tasks
 from trainer.local import TrainerConfig, latest_checkpoint
@@ -78,11 +79,15 @@ def test_sync_loop_raises_the_pass_rate(tmp_path):
             engine.close()
 
     def screen(client, tokenizer):
-        return tasks_with_variance(Rollouts(envs, client, tokenizer, config.harness, seed=7), candidates, n=8)
+        return tasks_with_variance(
+            Rollouts(envs, AgentSetup(client, tokenizer, config.harness), seed=7), candidates, n=8
+        )
 
     def pass_count(weights: Path) -> int:
         def measure(client, tokenizer):
-            return evaluate_reward(Rollouts(envs, client, tokenizer, config.harness, seed=99), train, n=samples)
+            return evaluate_reward(
+                Rollouts(envs, AgentSetup(client, tokenizer, config.harness), seed=99), train, n=samples
+            )
 
         return round(on_policy(weights, measure)[1] * samples * len(train))
 
