@@ -14,7 +14,11 @@ request bodies and read their reply fields; this module owns the rest:
   completion's first choice;
 * **retries** — the policy is the caller's (the judge retries, the harness re-runs a rollout instead); the parts of
   one live here: ``ApiFailure.retryable``, the ``Retry-After`` header (``ApiError.retry_after_s``) and full-jitter
-  ``backoff_delay_s``.
+  ``backoff_delay_s``;
+* **injected faults** — ``FaultTransport`` goes under the client (``transport=``) and answers some requests itself,
+  as a sick server would (``envs.faults``): a judge's 429 with ``Retry-After``, 500, a reply slower than the timeout,
+  a body that is not JSON; an engine's dropped connection, 500 or stall; so the caller's own retry policy (the
+  judge's backoff, the harness's retryable ``EngineError``) is what handles them.
 
 Example::
 
@@ -29,12 +33,14 @@ import email.utils
 import itertools
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Self
 
 import httpx
 from pydantic import SecretStr
+
+from envs.faults import FaultInjector, FaultKind, FaultPlan
 
 CONNECT_TIMEOUT_S = 30.0
 """Cap on the connect phase: a peer that takes longer to accept a connection is not coming."""
@@ -174,6 +180,68 @@ class ApiClient:
         if not isinstance(data, dict):
             raise ApiError(ApiFailure.MALFORMED_RESPONSE, path, f"reply is a JSON {type(data).__name__}, not an object")
         return data
+
+
+INJECTED_RETRY_AFTER_S = 0.05
+
+InjectedReply = Callable[[httpx.Request, FaultPlan], Awaitable[httpx.Response | None]]
+"""How a sick server answers one injected fault: a reply of its own, an exception, or None after a delay (the request
+then goes on; the client's timeout is what ends a delay longer than it)."""
+
+
+async def _rate_limited(request: httpx.Request, plan: FaultPlan) -> httpx.Response:
+    headers = {"retry-after": f"{INJECTED_RETRY_AFTER_S:g}"}
+    return httpx.Response(429, headers=headers, text="injected fault: rate limited", request=request)
+
+
+async def _server_error(request: httpx.Request, plan: FaultPlan) -> httpx.Response:
+    return httpx.Response(500, text="injected fault: internal server error", request=request)
+
+
+async def _slow(request: httpx.Request, plan: FaultPlan) -> None:
+    await asyncio.sleep(plan.stall_s)
+
+
+async def _malformed(request: httpx.Request, plan: FaultPlan) -> httpx.Response:
+    return httpx.Response(200, text='{"choices": [{"message": ', request=request)
+
+
+async def _dropped(request: httpx.Request, plan: FaultPlan) -> httpx.Response:
+    raise httpx.RemoteProtocolError("injected fault: the server dropped the connection", request=request)
+
+
+INJECTED_REPLIES: dict[FaultKind, InjectedReply] = {
+    FaultKind.JUDGE_429: _rate_limited,
+    FaultKind.JUDGE_500: _server_error,
+    FaultKind.JUDGE_SLOW: _slow,
+    FaultKind.JUDGE_MALFORMED: _malformed,
+    FaultKind.ENGINE_DROP: _dropped,
+    FaultKind.ENGINE_500: _server_error,
+    FaultKind.ENGINE_STALL: _slow,
+}
+"""The fault kinds an HTTP peer can have, and how ``FaultTransport`` plays each."""
+
+
+class FaultTransport(httpx.AsyncBaseTransport):
+    """``inner`` behind a fault injector that draws from ``kinds`` (the faults of this peer: ``JUDGE_FAULTS``,
+    ``ENGINE_FAULTS``): an injected fault is answered here (``INJECTED_REPLIES``) and the request never leaves."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, faults: FaultInjector, kinds: Sequence[FaultKind]) -> None:
+        unknown = set(kinds) - INJECTED_REPLIES.keys()
+        if unknown:
+            raise ValueError(f"no HTTP reply plays the faults {sorted(unknown)}")
+        self.inner, self.faults, self.kinds = inner, faults, tuple(kinds)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        kind = self.faults.pick(self.kinds)
+        if kind is not None:
+            reply = await INJECTED_REPLIES[kind](request, self.faults.plan)
+            if reply is not None:
+                return reply
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 def first_choice(data: Mapping[str, Any], path: str) -> Mapping[str, Any]:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from envs.files import atomic_write_text
 from envs.jsonio import json_line
 from envs.types import Trajectory
-from evals.errors import EvalConfigError
+from evals.errors import EvalConfigError, EvalFolderError
 from evals.records import EvalResult, TrialRecord
 from evals.resolved_harness import ResolvedHarness
 from evals.spec import EvalSpec
@@ -53,14 +53,24 @@ def _complete_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def read_trials(path: Path) -> list[TrialRecord]:
-    """The finished trials in a ``trials.jsonl``; a bad complete line raises ``ValueError`` naming file and line."""
+    """The finished trials in a ``trials.jsonl``; a bad complete line is an ``EvalFolderError`` naming file and line."""
     records = []
     for number, line in _complete_lines(path):
         try:
             records.append(TrialRecord.model_validate_json(line))
         except ValidationError as error:
-            raise ValueError(f"{path}, line {number}: not a trial record: {error}") from None
+            raise EvalFolderError(f"{path}, line {number}: not a trial record: {error}") from None
     return records
+
+
+def read_trajectories(path: Path) -> Iterator[tuple[int, int, Trajectory]]:
+    """(pass index, attempts, trajectory) of each complete line of a ``trajectories.jsonl``."""
+    for number, line in _complete_lines(path):
+        try:
+            entry = json.loads(line)
+            yield entry["pass_index"], entry["attempts"], Trajectory.model_validate(entry["trajectory"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise EvalFolderError(f"{path}, line {number}: not a trajectory entry: {error}") from None
 
 
 def _keep_finished(path: Path, keys: set[tuple[str, int]]) -> None:
@@ -136,6 +146,6 @@ def load_eval(out_dir: Path) -> EvalResult:
     """A finished eval from its folder: ``eval.json`` plus the trials of ``trials.jsonl``."""
     path = out_dir / RESULT_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{out_dir} holds no {RESULT_FILE}: the eval did not finish (rerun it to resume)")
+        raise EvalFolderError(f"{out_dir} holds no {RESULT_FILE}: the eval did not finish (rerun it to resume)")
     result = EvalResult.model_validate_json(path.read_text())
     return result.model_copy(update={"trials": sorted(read_trials(out_dir / TRIALS_FILE), key=lambda r: r.key)})

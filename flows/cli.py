@@ -2,7 +2,9 @@
 
 Areas live in ``flows/commands/`` (one module each, with ``register(subparsers)``). Heavy imports happen inside each
 command so ``recipe --help`` stays instant. A command that raises ``RecipeError`` (``envs.errors``: a flag, a config
-or a file to fix) ends with one line ``recipe: error: <message>`` on stderr and exit code 2, like a bad flag.
+or a file to fix) ends with one line ``recipe: error: <message>`` on stderr and exit code 2, like a bad flag; so does
+a ``pydantic.ValidationError`` from the values a command was given (a spec built from flags). Numbers out of range are
+refused by argparse itself (``flows.args``) before anything runs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import pkgutil
 import sys
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from envs.errors import RecipeError
 from flows import commands as command_package
@@ -41,8 +45,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except RecipeError as error:
-        print(f"recipe: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return USAGE_ERROR
+        return _usage_error(str(error))
+    except ValidationError as error:
+        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or error.title}: {e['msg']}" for e in error.errors())
+        return _usage_error(f"invalid {error.title}: {fields}")
+
+
+def _usage_error(message: str) -> int:
+    print(f"recipe: error: {' '.join(message.split())}", file=sys.stderr)
+    return USAGE_ERROR
 
 
 if __name__ == "__main__":

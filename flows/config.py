@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from envs.check import OracleTransport
 from envs.errors import RecipeError
+from envs.faults import FaultPlan
 from envs.harness.agent import HarnessConfig
 from envs.mcp.variants import BadVariant
 from envs.sandbox.registry import ProviderName
@@ -442,6 +443,8 @@ class RecipeConfig(_Section):
     rollout: RolloutSection = RolloutSection()
     cluster: ClusterSection | None = None
     stages: StagesSection = StagesSection()
+    faults: FaultPlan = FaultPlan()
+    """Injected infra faults (``envs.faults``; off at rate 0): ``--set faults.rate=0.1`` for a chaos run."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RecipeConfig:

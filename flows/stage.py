@@ -27,11 +27,12 @@ from typing import Any
 from prefect.states import Failed, State
 
 from envs.errors import RecipeError
+from envs.faults import FaultPlan
 from envs.files import atomic_write_text
 from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
 from evals.records import EvalResult
-from evals.spec import HarnessKind
+from evals.spec import HarnessKind, JudgeSpec
 from flows.config import RecipeConfig, StageName, section_digest, validate_config
 from flows.gates import GateFailed, GateReport
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
@@ -40,6 +41,7 @@ from tasks.context import StageScope
 from tasks.engine import EngineSettings
 from tasks.environment import policy_harness, task_sets
 from tasks.evaluation import EvalJob, evaluate
+from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
 from tasks.training import TrainJob, TrainResult, train
 from tasks.validation import Suite, validate_stage
@@ -58,6 +60,7 @@ SHARED_SECTIONS = (
     "sandbox",
     "harness",
     "cluster",
+    "faults",
 )
 """Config sections every stage depends on; its own ``stages.<name>`` section is added per stage."""
 TRAINING_SECTIONS = ("trainer", "rollout")
@@ -222,7 +225,13 @@ class StageRun:
     @property
     def scope(self) -> StageScope:
         """Where this stage's tasks record: its catalog rows, its artifact keys, the run's worlds."""
-        return StageScope(self.catalog, self.stage.value, self.stage.folder, self.worlds)
+        return StageScope(self.catalog, self.stage.value, self.stage.folder, self.worlds, self.faults)
+
+    @property
+    def faults(self) -> FaultPlan | None:
+        """The run's fault plan logging to this stage's ``faults.jsonl``, or None when faults are off."""
+        plan = self.config.faults
+        return plan.model_copy(update={"log": (self.dir / FAULT_LOG).resolve()}) if plan.enabled else None
 
     def training_setup(self) -> TrainingSetup:
         """The base policy, its harness, the run's task sets and the tuned engine: what a training stage starts from."""
@@ -247,7 +256,11 @@ class StageRun:
         return train(self.scope, TrainJob(label, policy, tasks, loop, out))
 
     def evaluate(self, job: EvalJob) -> EvalResult:
-        """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds)."""
+        """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds), with the
+        profile's judge when it names one."""
+        judge = self.config.judge
+        if judge.url and judge.model:  # tasks with llm_judge criteria are graded by the profile's judge
+            job = replace(job, judge=JudgeSpec(base_url=judge.url, model=judge.model, api_key_env=judge.api_key_env))
         out = self.work_dir(f"eval-{job.suite}-{job.label}", job.inputs())
         return evaluate(self.scope, job, out, self.config.seed + 1)
 
@@ -269,6 +282,8 @@ class StageRun:
                 for c in report.criteria
             ],
         )
+        if self.faults is not None:
+            write_fault_report(self.catalog, self.stage.value, self.dir)
         status = StageStatus.PASSED if report.passed else StageStatus.GATE_FAILED
         self._close(status, gate=report.model_dump(mode="json"), metrics=report.metrics)
         folder = self.stage.folder
@@ -330,6 +345,7 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
     store.write_manifest(manifest)
     catalog = Catalog(store.catalog_path)
     catalog.clear_stage(stage.value)
+    (store.root / stage.folder / FAULT_LOG).unlink(missing_ok=True)  # the faults of an earlier attempt
     running = StageRun(stage, config, store, catalog, manifest)
     log("%s: started (run %s, attempt %d)", stage.folder, store.run_id, manifest.attempt)
     try:

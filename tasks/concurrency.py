@@ -20,21 +20,36 @@ from tasks.artifacts import in_prefect_run, log
 GPU_LIMIT = "gpu"
 DEFAULT_GPU_SLOTS = 1
 SLOT_LEASE_S = 3600.0
-"""A slot's lease, renewed while the work runs; a crashed holder frees its slot after this."""
+"""A slot's lease, renewed while the work runs; a crashed holder frees its slot after this (on a temporary server,
+which loses its leases with it, at the next run's ``ensure_gpu_limit``)."""
 
 
 def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> None:
     """Create the ``gpu`` global concurrency limit when it does not exist."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate, GlobalConcurrencyLimitUpdate
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
         try:
-            client.read_global_concurrency_limit_by_name(GPU_LIMIT)
+            limit = client.read_global_concurrency_limit_by_name(GPU_LIMIT)
         except ObjectNotFound:
             client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=GPU_LIMIT, limit=slots))
             log("created the global concurrency limit %r with %d slot(s)", GPU_LIMIT, slots)
+            return
+        if limit.active_slots and _temporary_server():
+            # A temporary server keeps its leases in memory: a run killed with its server (SIGKILL, OOM) leaves its
+            # slot taken in the database with no lease left to expire, and the resume would wait for it forever.
+            # This server started with this run, so no lease on it holds a slot yet: the taken ones are leaked.
+            client.update_global_concurrency_limit(GPU_LIMIT, GlobalConcurrencyLimitUpdate(active_slots=0))
+            log("freed %d %r slot(s) a killed run left taken", limit.active_slots, GPU_LIMIT)
+
+
+def _temporary_server() -> bool:
+    """No ``PREFECT_API_URL``: the flows run against a temporary server started by this process."""
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url is None
 
 
 @contextmanager

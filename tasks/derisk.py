@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from envs.check import OracleTransport, check_environment
 from envs.diagnostics import ADVICE_BY_SIGNATURE, ToolStats
-from envs.harness.agent import run_group
+from envs.harness.agent import AgentSetup, run_group
 from envs.mcp.variants import BadVariant
 from envs.rollout import pooled_envs
 from envs.sandbox.base import SandboxOptions
@@ -79,14 +79,14 @@ async def _rollouts(
     job: RolloutJob,
     worlds_root: Path,
     pool_per_world: int,
-    variants: frozenset[BadVariant],
+    options: SandboxOptions,
     on_group: Callable[[list[Trajectory]], None],
 ) -> None:
     worlds = {t.world_id: worlds_root / t.world_id for t in job.tasks}
-    provider = LocalProvider(worlds, SandboxOptions(apps=job.settings.apps, variants=variants))
+    provider = LocalProvider(worlds, options)
     async with (
         SandboxPool(provider, size_per_world=pool_per_world) as pool,
-        rollout_engine(job.policy_dir, job.engine) as client,
+        rollout_engine(job.policy_dir, job.engine, options.faults) as client,
     ):
         from transformers import AutoTokenizer
 
@@ -94,9 +94,8 @@ async def _rollouts(
 
         async def one(index: int, task: TaskSpec) -> None:
             envs = pooled_envs(pool, task, worlds_root)
-            group = await run_group(
-                task, envs, client, tokenizer, job.harness(index), group_id=f"base-{task.task_id}", n=job.samples
-            )
+            agent = AgentSetup(client, tokenizer, job.harness(index))
+            group = await run_group(task, envs, agent, group_id=f"base-{task.task_id}", n=job.samples)
             on_group(group)
 
         await asyncio.gather(*(one(i, task) for i, task in enumerate(job.tasks)))
@@ -104,8 +103,10 @@ async def _rollouts(
 
 @task(name="base-rollouts", cache_policy=NO_CACHE)
 def base_rollouts(scope: StageScope, job: RolloutJob, pool_per_world: int, variants: Sequence[BadVariant]) -> int:
-    """``samples`` rollouts of every task by the base policy through pooled gateway sandboxes; all into the catalog."""
+    """``samples`` rollouts of every task by the base policy through pooled gateway sandboxes; all into the catalog,
+    those an (injected, ``scope.faults``) infra fault ended with their error class."""
     by_id = job.by_id()
+    options = SandboxOptions(apps=job.settings.apps, variants=frozenset(variants), faults=scope.faults)
     written = 0
     with ProgressArtifact(scope.folder, "rollout-progress", total=len(job.tasks)) as progress:
 
@@ -114,7 +115,7 @@ def base_rollouts(scope: StageScope, job: RolloutJob, pool_per_world: int, varia
             written += len(scope.catalog.add_trajectories(scope.stage, BASE, "base", group, by_id))
             progress.advance(group[0].task_id if group else "")
 
-        asyncio.run(_rollouts(job, scope.worlds, pool_per_world, frozenset(variants), on_group))
+        asyncio.run(_rollouts(job, scope.worlds, pool_per_world, options, on_group))
     return written
 
 

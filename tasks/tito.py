@@ -3,6 +3,11 @@
 The engine is reached the way a cluster reaches vLLM — ``/v1/completions`` over HTTP (the local engine on loopback,
 or the configured URL) — and every exchange is recorded (``trainer.tito.RecordingEngine``), so the check compares
 the trajectories with what actually crossed the wire, and with the trainer's batch built from them.
+
+Under the stage's injected faults (``StageScope.faults``) the client's requests go through ``FaultTransport``
+(dropped, 500, stalled: ``envs.faults``). A rollout such a fault ended is recorded with its error class
+(``retryable_infra``) and left out of the check: it is never trained on, and its failed request crossed no wire, so
+it is no TITO violation; the turns the engine did answer are checked in every other rollout.
 """
 
 from __future__ import annotations
@@ -13,29 +18,33 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from envs.harness.agent import run_group
+from envs.faults import FaultPlan
+from envs.harness.agent import AgentSetup, run_group
 from envs.harness.engine_client import CompletionsClient
 from envs.rollout import local_envs
-from envs.types import Trajectory
+from envs.types import ErrorClass, Trajectory
 from tasks.context import RolloutJob, StageScope
 from tasks.engine import Endpoint, policy_endpoint
 from trainer.tito import RecordingEngine, TitoReport, check_tito
 
 
-async def _record(endpoint: Endpoint, job: RolloutJob, worlds_root: Path) -> tuple[list[Trajectory], RecordingEngine]:
+async def _record(
+    endpoint: Endpoint, job: RolloutJob, worlds_root: Path, faults: FaultPlan | None
+) -> tuple[list[Trajectory], RecordingEngine]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(job.policy_dir)
-    async with CompletionsClient(endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s) as client:
+    injector = faults.injector("engine") if faults else None
+    async with CompletionsClient(
+        endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s, faults=injector
+    ) as client:
         engine = RecordingEngine(client)
         groups = await asyncio.gather(
             *(
                 run_group(
                     task,
                     local_envs(task, worlds_root, job.settings.apps),
-                    engine,
-                    tokenizer,
-                    job.harness(index),
+                    AgentSetup(engine, tokenizer, job.harness(index)),
                     group_id=f"tito-{task.task_id}",
                     n=job.samples,
                 )
@@ -47,10 +56,12 @@ async def _record(endpoint: Endpoint, job: RolloutJob, worlds_root: Path) -> tup
 
 @task(name="tito-rollouts", cache_policy=NO_CACHE)
 def tito_rollouts(scope: StageScope, job: RolloutJob) -> TitoReport:
-    """Roll out ``tasks`` ``samples`` times each through the engine's HTTP API; record and check every exchange."""
+    """Roll out ``tasks`` ``samples`` times each through the engine's HTTP API; record every rollout and check every
+    exchange of those no infra fault ended (see the module docstring)."""
     from transformers import AutoTokenizer
 
     with policy_endpoint(job.policy_dir, job.engine) as endpoint:
-        trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds))
+        trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds, scope.faults))
     scope.catalog.add_trajectories(scope.stage, "tito-rollouts", "base", trajectories, job.by_id())
-    return check_tito(trajectories, recorder.exchanges, AutoTokenizer.from_pretrained(job.policy_dir))
+    checked = [t for t in trajectories if t.error_class is not ErrorClass.RETRYABLE_INFRA]
+    return check_tito(checked, recorder.exchanges, AutoTokenizer.from_pretrained(job.policy_dir))

@@ -3,8 +3,8 @@
 ``train`` runs (or resumes, from the newest checkpoint under ``out_dir``) one loop, holding a slot of the global
 concurrency limit ``gpu`` (``tasks.concurrency``) while it trains, and records every step
 (``train_steps``) and every rollout it generated (``trajectories``, with the step) as they happen, with a progress
-artifact; it returns the loop's history and the final policy folder (the last checkpoint's ``policy/``, which
-carries the harness it was trained with).
+artifact (either loop under the stage's injected faults, ``StageScope.faults``); it returns the loop's history
+and the final policy folder (the last checkpoint's ``policy/``, which carries the harness it was trained with).
 
     config = loop_config(LoopKind.SYNC, task_ids=ids, settings=settings, trainer=TrainerConfig(lr=1e-4), ...)
     scope = StageScope(catalog, "overfit", "4-overfit", worlds)
@@ -106,6 +106,8 @@ def train(scope: StageScope, job: TrainJob) -> TrainResult:
     torch.set_num_threads(1)  # tiny models: one thread each for the engine and the trainer beats contention
     catalog, stage, label, config, out_dir = scope.catalog, scope.stage, job.label, job.loop, job.out_dir
     by_id = {t.task_id: t for t in job.tasks}
+    if scope.faults is not None:
+        config = config.model_copy(update={"faults": scope.faults})
     run = run_async_loop if isinstance(config, AsyncLoopConfig) else run_sync_loop
     recorded: set[int] = set()
     with ProgressArtifact(scope.folder, f"train-{label}", total=config.steps) as progress:

@@ -5,8 +5,9 @@ the small Qwen3 checkpoints), randomly initialised from `TinyModelSpec.seed`. A 
 `save_pretrained` writes (config.json, generation_config.json, model.safetensors) plus the tokenizer files, so
 `load_policy` also reads a downloaded Hugging Face checkpoint folder — of a Qwen3 model only (``model_type: qwen3`` in
 its config.json): it builds a `Qwen3ForCausalLM` and the engine's forward pass is Qwen3's, so any other architecture
-(Qwen2/2.5 included) is refused with a ValueError naming the model type. A policy the project trained also carries
-``harness.json`` (``envs.harness.policy``): the harness settings it was trained with, which evals and later runs use.
+(Qwen2/2.5 included) is refused with an ``UnsupportedPolicy`` error naming the model type. A policy the project
+trained also carries ``harness.json`` (``envs.harness.policy``): the harness settings it was trained with, which evals
+and later runs use.
 
     spec = TinyModelSpec()
     model = build_tiny_model(spec, vocab_size=len(tok), special_ids=special_token_ids(tok))
@@ -33,6 +34,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from envs.errors import RecipeError
 from envs.files import staged_dir
 from envs.harness.policy import PolicyHarness, write_policy_harness
 from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
@@ -128,17 +130,26 @@ def save_policy(
     return target
 
 
+class NotAPolicyFolder(RecipeError, FileNotFoundError):
+    """A policy path that holds no checkpoint (no config.json)."""
+
+
+class UnsupportedPolicy(RecipeError, ValueError):
+    """A checkpoint of a model type the local engine and trainer do not run."""
+
+
 def load_policy(
     directory: str | os.PathLike[str], dtype: torch.dtype = torch.float32
 ) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerBase]:
     """Load (model in eval mode, tokenizer) from a policy folder written by `save_policy` or a Hugging Face Qwen3
-    checkpoint folder; a folder without config.json is a FileNotFoundError, any other ``model_type`` a ValueError."""
+    checkpoint folder; a folder without config.json is ``NotAPolicyFolder``, any other ``model_type``
+    ``UnsupportedPolicy`` (both ``RecipeError``s: the CLI prints one line)."""
     path = Path(directory)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint folder (no config.json)")
+        raise NotAPolicyFolder(f"{path} is not a checkpoint folder (no config.json)")
     model_type = json.loads((path / "config.json").read_text()).get("model_type")
     if model_type != Qwen3Config.model_type:
-        raise ValueError(f"{path} holds a {model_type!r} model; the policy must be a Qwen3 ('qwen3') checkpoint")
+        raise UnsupportedPolicy(f"{path} holds a {model_type!r} model; the policy must be a Qwen3 ('qwen3') checkpoint")
     model = Qwen3ForCausalLM.from_pretrained(path, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model.eval(), tokenizer

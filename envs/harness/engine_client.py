@@ -10,6 +10,10 @@ rollout is re-run, not trained on). Any other 4xx answer, or a reply that breaks
 ``return_token_ids``), so every rollout would fail alike; the harness lets it propagate and the caller stops with
 the engine's reply. The HTTP itself (timeouts, failure classes, reply checks) is ``envs.openai_http.ApiClient``'s.
 
+With a fault injector (``envs.faults``), requests go through ``FaultTransport``: some are dropped, answered 500 or
+stalled, as a sick engine would, and every request is bounded by the plan's ``timeout_s`` (as the in-process engine's
+are, ``trainer.engine.completions``), so each injected fault is the same retryable ``EngineError`` a real one is.
+
 Example::
 
     async with CompletionsClient("http://127.0.0.1:8000", model="policy") as engine:
@@ -27,7 +31,8 @@ from typing import Any, Protocol, Self
 import httpx
 
 from envs.errors import RecipeError
-from envs.openai_http import ApiClient, ApiError, first_choice
+from envs.faults import ENGINE_FAULTS, FaultInjector
+from envs.openai_http import ApiClient, ApiError, FaultTransport, first_choice
 
 
 class EngineError(Exception):
@@ -79,12 +84,24 @@ class CompletionEngine(Protocol):
 
 
 class CompletionsClient:
-    """An ``ApiClient`` on one engine URL; use as an async context manager (or call ``aclose``)."""
+    """An ``ApiClient`` on one engine URL (behind ``faults``, when given); use as an async context manager (or call
+    ``aclose``)."""
 
-    def __init__(self, base_url: str, model: str, timeout_s: float = 600.0, max_connections: int = 512) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        timeout_s: float = 600.0,
+        max_connections: int = 512,
+        faults: FaultInjector | None = None,
+    ) -> None:
         self.model = model
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._api = ApiClient(base_url, timeout_s, limits=limits)
+        if faults is None:
+            self._api = ApiClient(base_url, timeout_s, limits=limits)
+        else:
+            transport = FaultTransport(httpx.AsyncHTTPTransport(limits=limits), faults, ENGINE_FAULTS)
+            self._api = ApiClient(base_url, min(timeout_s, faults.plan.timeout_s), transport=transport)
 
     async def __aenter__(self) -> Self:
         return self

@@ -38,6 +38,7 @@ from mcp.types import REQUEST_TIMEOUT, TextContent
 
 from envs.apps import ToolError, World
 from envs.apps.base import check_encodable, encodable_text
+from envs.faults import FaultPlan
 from envs.mcp.servers import APP_NAMES, build_gateway, mcp_name
 from envs.mcp.variants import BadVariant
 
@@ -70,10 +71,14 @@ def gateway_command(
     variants: frozenset[BadVariant] = frozenset(),
     host: str = "127.0.0.1",
     port: int | None = None,
+    faults: FaultPlan | None = None,
 ) -> list[str]:
-    """The command line that starts a gateway process on ``world`` (stdio, or HTTP on ``host:port``)."""
+    """The command line that starts a gateway process on ``world`` (stdio, or HTTP on ``host:port``), injecting
+    tool faults when ``faults`` is on."""
     command = [sys.executable, "-m", "envs.mcp.gateway", "--world", str(world), "--apps", ",".join(apps)]
     command += [arg for variant in sorted(variants) for arg in ("--variant", str(variant))]
+    if faults is not None and faults.enabled:
+        command += ["--faults", faults.model_dump_json()]
     if transport is Transport.HTTP:
         if port is None:
             raise ValueError("an HTTP gateway needs a port")

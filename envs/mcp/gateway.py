@@ -3,6 +3,7 @@
     python -m envs.mcp.gateway --world worlds/ib-1                          # stdio (the client launches it)
     python -m envs.mcp.gateway --world worlds/ib-1 --transport http --port 8765   # http://127.0.0.1:8765/mcp
     python -m envs.mcp.gateway --world W --apps sheets,pdf --variant pdf_flatten  # a subset, a known-bad variant
+    python -m envs.mcp.gateway --world W --faults '{"rate": 0.1}'                  # injected tool faults
 
 In stdio mode stdout carries the protocol only: every log line goes to stderr. Tools read and write the world folder
 in place (give each rollout its own copy).
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from envs.apps import World
+from envs.faults import FaultPlan
 from envs.mcp.client import Transport
 from envs.mcp.servers import APP_NAMES, build_gateway
 from envs.mcp.variants import BadVariant
@@ -32,6 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument(
         "--variant", type=BadVariant, choices=list(BadVariant), action="append", default=[], help="known-bad variant"
+    )
+    parser.add_argument(
+        "--faults", type=FaultPlan.model_validate_json, help="a FaultPlan as JSON: inject tool faults (envs.faults)"
     )
     parser.add_argument("--apps", default=",".join(APP_NAMES), help=f"comma-separated subset of {','.join(APP_NAMES)}")
     parser.add_argument(
@@ -53,7 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format=log_format)
-    server = build_gateway(World(args.world.resolve()), args.apps, frozenset(args.variant))
+    world = World(args.world.resolve())
+    faults = args.faults.injector(f"gateway:{args.world.name}") if args.faults else None
+    server = build_gateway(world, args.apps, frozenset(args.variant), faults)
     logging.getLogger(__name__).info(
         "gateway on %s: apps %s, variants %s, transport %s",
         args.world,

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,6 +41,7 @@ from pydantic import ConfigDict
 
 from envs.apps import TOOLS, ToolError, World, tool_schema
 from envs.apps.base import encodable_text
+from envs.faults import TOOL_FAULTS, FaultInjector, FaultKind
 from envs.mcp.variants import READ_OP_PREFIXES, BadVariant, Runner, runner_for
 from envs.paths import PathEscapeError
 
@@ -78,6 +81,34 @@ def _suggestion(name: str, known: Iterable[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else f"; tools are: {', '.join(sorted(known))}"
 
 
+CRASH_EXIT_CODE = 75
+"""The exit status of a gateway that an injected ``tool_crash`` took down (``os._exit``: no cleanup, like a kill)."""
+GARBAGE = '\x1b[2J\ufffd\ufffd {"result": [nul\x00 \u2028 <<<EOF'
+"""What an injected ``tool_garbage`` answers instead of the tool's output."""
+
+
+def faulty_runner(runner: Runner, faults: FaultInjector) -> Runner:
+    """``runner`` behind the fault injector (``envs.faults``): a call may hang past the client's timeout, take the
+    whole gateway process down, answer garbage, or answer nothing (the tool still runs for the last two)."""
+
+    def run(world: World, args: dict[str, Any]) -> str:
+        match faults.pick(TOOL_FAULTS):
+            case FaultKind.TOOL_HANG:
+                time.sleep(faults.plan.stall_s)  # in a worker thread the client gave up on (abandon_on_cancel)
+            case FaultKind.TOOL_CRASH:
+                logger.error("injected fault: the gateway process exits now")
+                os._exit(CRASH_EXIT_CODE)
+            case FaultKind.TOOL_GARBAGE:
+                runner(world, args)
+                return GARBAGE
+            case FaultKind.TOOL_EMPTY:
+                runner(world, args)
+                return ""
+        return runner(world, args)
+
+    return run
+
+
 def _error(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=encodable_text(text))], is_error=True)
 
@@ -107,8 +138,12 @@ class _RawArguments(ArgModelBase):
         return dict(self.model_extra or {})
 
 
-def _mcp_tool(exposed_name: str, name: str, world: World, variants: frozenset[BadVariant]) -> MCPTool:
+def _mcp_tool(
+    exposed_name: str, name: str, world: World, variants: frozenset[BadVariant], faults: FaultInjector | None = None
+) -> MCPTool:
     runner = runner_for(name, variants)
+    if faults is not None:
+        runner = faulty_runner(runner, faults)
 
     async def call(**arguments: Any) -> CallToolResult:
         return await run_tool(runner, world, name, arguments)
@@ -155,10 +190,16 @@ def build_app_server(app: str, world: World, variants: frozenset[BadVariant] = f
 
 
 def build_gateway(
-    world: World, apps: Iterable[str] = APP_NAMES, variants: frozenset[BadVariant] = frozenset()
+    world: World,
+    apps: Iterable[str] = APP_NAMES,
+    variants: frozenset[BadVariant] = frozenset(),
+    faults: FaultInjector | None = None,
 ) -> MCPServer:
-    """One MCP endpoint serving ``apps`` of one world, tools namespaced as ``<app>_<op>``."""
+    """One MCP endpoint serving ``apps`` of one world, tools namespaced as ``<app>_<op>``; with ``faults``, every
+    tool behind the injector (only in a gateway process of its own: a ``tool_crash`` ends the process)."""
     chosen = _check_apps(apps)
-    tools = [_mcp_tool(mcp_name(name), name, world, variants) for name, spec in TOOLS.items() if spec.app in chosen]
+    tools = [
+        _mcp_tool(mcp_name(name), name, world, variants, faults) for name, spec in TOOLS.items() if spec.app in chosen
+    ]
     instructions = GATEWAY_INSTRUCTIONS.format(apps=", ".join(chosen))
     return ToolServer(name="rl-recipe-gateway", instructions=instructions, tools=tools, log_level=LOG_LEVEL)

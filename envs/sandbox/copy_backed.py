@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Self
 
+from envs.faults import FaultKind
 from envs.sandbox.base import Sandbox, SandboxError, SandboxOptions, SandboxProvider, SandboxTimeouts
 from envs.sandbox.reaper import REAPER
 from envs.sandbox.world_copy import Pristine, ResetReport, WorldCopy
@@ -71,6 +72,7 @@ class CopyProvider(SandboxProvider):
     def __init__(self, world_root_by_id: Mapping[str, Path], options: SandboxOptions | None = None) -> None:
         super().__init__(world_root_by_id, options)
         self._pristine: dict[str, Pristine] = {}
+        self._faults = self.options.faults.injector("sandbox") if self.options.faults else None
 
     def pristine_of(self, world_id: str) -> Pristine:
         if world_id not in self._pristine:
@@ -82,5 +84,8 @@ class CopyProvider(SandboxProvider):
         return WorldCopy.create(self.pristine_of(world_id), root)
 
     async def copy_world(self, world_id: str) -> WorldCopy:
-        """``new_copy`` off the event loop, within ``timeouts.start_s``."""
+        """``new_copy`` off the event loop, within ``timeouts.start_s``; the first step of every start, so where an
+        injected ``sandbox_start`` fault fails it."""
+        if self._faults is not None and self._faults.fires(FaultKind.SANDBOX_START):
+            raise SandboxError(f"injected fault: the sandbox of world {world_id} failed to start")
         return await asyncio.wait_for(asyncio.to_thread(self.new_copy, world_id), self.options.timeouts.start_s)

@@ -25,5 +25,7 @@ class LocalProvider(CopyProvider):
     async def start(self, world_id: str) -> LocalSandbox:
         options = self.options
         copy = await self.copy_world(world_id)
-        command = gateway_command(copy.root, Transport.STDIO, apps=options.apps, variants=options.variants)
+        command = gateway_command(
+            copy.root, Transport.STDIO, apps=options.apps, variants=options.variants, faults=options.faults
+        )
         return await LocalSandbox(world_id, copy, options.timeouts).launch(command, options.limits.to_env(), copy.root)

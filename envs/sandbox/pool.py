@@ -6,7 +6,9 @@ restores only the files a rollout changed (``benchmarks/sandbox_pool.py`` prints
 busy. The pool never hands out a sandbox it has not checked: a warm one must pass ``Sandbox.healthy`` (its gateway
 answers a ping) as it is handed out — one check covers a gateway that a rollout crashed and one that died while idle —
 and a sandbox that fails the check (``PoolStats.replaced``), or whose reset fails, is closed and replaced by a fresh
-one: one rollout that crashed its gateway cannot poison the rollouts after it. Every sandbox is also known to the
+one: one rollout that crashed its gateway cannot poison the rollouts after it. A start that fails (``SandboxError``
+or ``OSError``: a copy or a gateway that did not come up) is retried ``start_retries`` times with full-jitter backoff
+(``PoolStats.start_retries``) before the acquire fails with it. Every sandbox is also known to the
 process-wide ``REAPER`` (``envs.sandbox.reaper``: atexit, SIGTERM, SIGHUP), so none outlives the process.
 
 Example::
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -29,10 +32,14 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
+from envs.openai_http import backoff_delay_s
 from envs.sandbox.base import Sandbox, SandboxError, SandboxProvider
 from envs.sandbox.reaper import REAPER
 
 log = logging.getLogger(__name__)
+
+START_BACKOFF_BASE_S, START_BACKOFF_MAX_S = 0.2, 5.0
+RETRYABLE_START_ERRORS: tuple[type[Exception], ...] = (SandboxError, OSError, TimeoutError)
 
 
 @dataclass
@@ -45,6 +52,8 @@ class PoolStats:
     failed_resets: int = 0
     replaced: int = 0
     """Sandboxes closed because their gateway failed the health check before being handed out."""
+    start_retries: int = 0
+    """Starts that failed and were tried again."""
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {"acquires": len(self.acquire_wait_s), "starts": len(self.start_s)}
@@ -54,6 +63,7 @@ class PoolStats:
                 out[f"{name}_max_s"] = max(values)
         out["failed_resets"] = self.failed_resets
         out["replaced"] = self.replaced
+        out["start_retries"] = self.start_retries
         return out
 
 
@@ -69,7 +79,13 @@ class _WorldSlots:
 class SandboxPool:
     """Warm sandboxes for the worlds of ``provider`` (or only ``world_ids``), ``size_per_world`` each."""
 
-    def __init__(self, provider: SandboxProvider, size_per_world: int = 1, world_ids: Iterable[str] | None = None):
+    def __init__(
+        self,
+        provider: SandboxProvider,
+        size_per_world: int = 1,
+        world_ids: Iterable[str] | None = None,
+        start_retries: int = 2,
+    ):
         if size_per_world < 1:
             raise ValueError(f"size_per_world must be at least 1, got {size_per_world}")
         ids = list(world_ids) if world_ids is not None else list(provider.world_root_by_id)
@@ -77,6 +93,8 @@ class SandboxPool:
             provider.pristine(world_id)  # an unknown id fails here, naming the known ones
         self.provider = provider
         self.size_per_world = size_per_world
+        self.start_retries = start_retries
+        self._rng = random.Random(0)
         self.stats = PoolStats()
         self._slots = {world_id: _WorldSlots(size_per_world) for world_id in ids}
         self._closed = False
@@ -133,6 +151,7 @@ class SandboxPool:
             if healthy:
                 return sandbox
             self.stats.replaced += 1
+            self._note_retry("sandbox_replaced")
             log.warning("the gateway of %s failed its health check; replacing it", sandbox.world_root)
             await self._discard(slots, sandbox)
 
@@ -141,13 +160,30 @@ class SandboxPool:
         await slots.capacity.acquire()
         started = time.perf_counter()
         try:
-            sandbox = await self.provider.start(world_id)
+            sandbox = await self._start(world_id)
         except BaseException:
             slots.capacity.release()
             raise
         self.stats.start_s.append(time.perf_counter() - started)
         slots.live.add(sandbox)
         return sandbox
+
+    async def _start(self, world_id: str) -> Sandbox:
+        for retry in range(self.start_retries + 1):
+            try:
+                return await self.provider.start(world_id)
+            except RETRYABLE_START_ERRORS as error:
+                if retry == self.start_retries:
+                    raise
+                self.stats.start_retries += 1
+                self._note_retry("sandbox_start")
+                log.warning("starting a sandbox of %s failed (%s); retrying", world_id, error)
+                await asyncio.sleep(backoff_delay_s(retry, START_BACKOFF_BASE_S, START_BACKOFF_MAX_S, self._rng))
+        raise AssertionError("unreachable")
+
+    def _note_retry(self, what: str) -> None:
+        if self.provider.options.faults is not None:  # a chaos run tallies recoveries next to the injected faults
+            self.provider.options.faults.note_retry(what, "pool")
 
     async def _release(self, sandbox: Sandbox) -> None:
         slots = self._slots[sandbox.world_id]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envs.errors import RecipeError
+from flows.args import port, positive_float
 
 if TYPE_CHECKING:
     from flows.config import RecipeConfig
@@ -117,16 +118,11 @@ def _key_values(pairs: list[str], flag: str) -> dict[str, str]:
 
 def _submit(args: argparse.Namespace) -> int:
     from trainer.skyrl.render import render
-    from trainer.skyrl.submit import DRY_RUN_MODULE, ENTRY_MODULE, REPO_ROOT, submit_job
+    from trainer.skyrl.submit import DRY_RUN_MODULE, ENTRY_MODULE, submit_job
 
     run = _run(args)
     overrides = render(run).lines()
     module = DRY_RUN_MODULE if args.dry_run else ENTRY_MODULE
-    if not (REPO_ROOT / Path(*module.split("."))).with_suffix(".py").is_file():
-        raise ClusterError(
-            f"the entry point {module} is not in this repository yet (SkyRL's trainer with our harness as its "
-            "generator); --dry-run submits the stand-in that checks the overrides"
-        )
     label = f"{run.name}-dryrun" if args.dry_run else run.name
     outcome = submit_job(
         args.address,
@@ -190,7 +186,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     _render_flags(submit)
     submit.add_argument("--address", required=True, help="the Ray dashboard, http://HOST:8265")
     submit.add_argument("--dry-run", action="store_true", help="run the checking stand-in instead of SkyRL")
-    submit.add_argument("--timeout", type=float, default=3600.0, help="seconds before the job is stopped")
+    submit.add_argument("--timeout", type=positive_float, default=3600.0, help="seconds before the job is stopped")
     submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="job environment variable")
     submit.add_argument("--python", default="python", help="the interpreter on the cluster (default: python)")
     submit.add_argument("--catalog", type=Path, help="append the job's train steps to this catalog.duckdb")
@@ -198,7 +194,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     engine = sub.add_parser("engine", help="print the vllm serve line and RL routes of one engine")
     _render_flags(engine)
     engine.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
-    engine.add_argument("--port", type=int, default=8000)
+    engine.add_argument("--port", type=port, default=8000)
     engine.set_defaults(handler=_engine)
 
 

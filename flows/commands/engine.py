@@ -1,6 +1,6 @@
 """``recipe engine``: serve a policy with the local engine (vLLM wire format).
 
-recipe engine serve --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 16]
+recipe engine serve --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 64]
                     [--compile]
     loads the policy folder DIR and serves /v1/completions, /v1/chat/completions and the control routes until
     interrupted (trainer.engine.server.serve). Clients name the model NAME (default: DIR as given, like vLLM);
@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 
+from flows.args import port, positive_int
+
 
 def _engine_serve(args: argparse.Namespace) -> int:
     from trainer.engine import EngineConfig
     from trainer.engine.server import ServeOptions, serve
 
-    config = EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile)
+    slots = {} if args.max_num_seqs is None else {"max_num_seqs": args.max_num_seqs}
+    config = EngineConfig(compile=args.compile, **slots)
     serve(args.model, ServeOptions(args.host, args.port, served_model_name=args.served_model_name), config)
     return 0
 
@@ -29,8 +32,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--model", required=True, help="policy folder (save_policy or a Qwen3 checkpoint)")
     serve.add_argument("--served-model-name", help="model name clients pass (default: --model as given, like vLLM)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together")
+    serve.add_argument("--port", type=port, default=8000)
+    serve.add_argument(
+        "--max-num-seqs", type=positive_int, help="requests decoded together (default: the engine's, 64)"
+    )
     serve.add_argument(
         "--compile", action="store_true", help="torch.compile the decode step (faster steps after a one-off compile)"
     )

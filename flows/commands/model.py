@@ -14,6 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from flows.args import non_negative_int, positive_int
+
 console = Console()
 
 
@@ -52,6 +54,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     boot = model.add_parser("bootstrap", help="train the tiny base model on oracle trajectories")
     boot.add_argument("--data", default="data", help="environment folder (default: data)")
     boot.add_argument("--out", default="models/base", help="cache folder of base models (default: models/base)")
-    boot.add_argument("--seed", type=int, default=0)
-    boot.add_argument("--steps", type=int, default=None, help="training steps (default: the spec's)")
+    boot.add_argument("--seed", type=non_negative_int, default=0)
+    boot.add_argument("--steps", type=positive_int, default=None, help="training steps (default: the spec's)")
     boot.set_defaults(handler=_model_bootstrap)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.errors import RecipeError
+from flows.args import positive_float, positive_int
 
 if TYPE_CHECKING:
     from trainer.sizing import ClusterLayout
@@ -203,8 +204,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         layout.add_argument(*flags, dest=name, type=kind, help=text)
     knobs = plan.add_argument_group("knobs (default: the profile's)")
     for name, text in KNOB_FLAGS.items():
-        knobs.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int, help=text)
+        knobs.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive_int, help=text)
     split = plan.add_argument_group("node split (measured throughputs)")
-    split.add_argument("--gen-per-node", type=float, help="generation: trajectories/s per inference node")
-    split.add_argument("--train-per-node", type=float, help="training: trajectories/s per train node")
+    split.add_argument("--gen-per-node", type=positive_float, help="generation: trajectories/s per inference node")
+    split.add_argument("--train-per-node", type=positive_float, help="training: trajectories/s per train node")
     plan.set_defaults(handler=_plan)

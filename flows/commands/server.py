@@ -19,6 +19,7 @@ import sys
 
 from envs.errors import RecipeError
 from envs.net import LOOPBACK
+from flows.args import port
 
 
 class ServerError(RecipeError):
@@ -51,7 +52,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     server = commands.add_parser("server", help="a local Prefect server (UI + API on 127.0.0.1)")
-    server.add_argument("--port", type=int, default=4200)
+    server.add_argument("--port", type=port, default=4200)
     server.set_defaults(handler=_server)
 
     serve = commands.add_parser("serve", help="serve the pipeline, stage and nightly deployments")

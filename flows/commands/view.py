@@ -21,6 +21,7 @@ from pathlib import Path
 
 from envs.errors import RecipeError
 from envs.net import LOOPBACK
+from flows.args import port, positive_int
 
 DEFAULT_PORT = 8765
 
@@ -60,8 +61,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     view = commands.add_parser("view", help="the trace explorer: a page over a run's trajectories, tools, gates")
     view.add_argument("run", help="run id or folder")
     view.add_argument("--runs-root", default="runs")
-    view.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on {LOOPBACK} (default {DEFAULT_PORT})")
+    view.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"port on {LOOPBACK} (default {DEFAULT_PORT})")
     view.add_argument("--static", metavar="OUT", help="write a self-contained folder instead of serving")
-    view.add_argument("--limit", type=int, default=5000, help="most trajectories in a static folder (default 5000)")
+    view.add_argument(
+        "--limit", type=positive_int, default=5000, help="most trajectories in a static folder (default 5000)"
+    )
     view.add_argument("--tokenizer", help="tokenizer.json (or a folder with one) to decode tokens")
     view.set_defaults(handler=_view)

@@ -43,7 +43,10 @@ def test_engine_prints_the_vllm_line_routes_and_harness_overrides(capsys) -> Non
         (["cluster", "render", "--profile", "local"], "has no cluster section"),
         (["cluster", "render", "--profile", "qwen36-35b", "--arm", "nope"], "no ablation arm 'nope'"),
         (["cluster", "render", "--profile", "qwen36-35b", *COSINE], "cosine"),
-        (["cluster", "submit", "--profile", "qwen36-35b", "--address", "http://127.0.0.1:1"], "not in this repository"),
+        (
+            ["cluster", "submit", "--profile", "qwen36-35b", "--address", "http://127.0.0.1:1"],
+            "connect to http://127.0.0.1:1",
+        ),
         (["cluster", "submit", "--profile", "qwen36-35b", "--address", "localhost:8265", "--dry-run"], "dashboard URL"),
         ([*DRY_RUN, "--env", "NOVALUE"], "--env 'NOVALUE' is not KEY=VALUE"),
     ],

@@ -9,9 +9,7 @@ and the fix, and nothing after it runs. The smoke base is bootstrapped into mode
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
-from envs.build import build_environment
 from flows.pipeline import pipeline
 from tasks.catalog import Catalog
 from tasks.report import audit_lines, write_report
@@ -22,17 +20,9 @@ pytestmark = pytest.mark.integration
 PASSED, FAILED, SKIPPED = StageStatus.PASSED, StageStatus.GATE_FAILED, StageStatus.SKIPPED
 
 
-@pytest.fixture(scope="session")
-def prefect_server():
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("pipeline") / "data"
-    build_environment(folder)
-    return folder
+def data(environment_data: Path) -> Path:
+    return environment_data
 
 
 def run_smoke(runs: Path, data: Path, *overrides: str, resume: str | None = None):
@@ -53,7 +43,7 @@ def statuses(store: RunStore) -> list[StageStatus]:
 
 
 @pytest.fixture(scope="module")
-def failed_at_overfit(prefect_server, data, tmp_path_factory):
+def failed_at_overfit(prefect_harness, data, tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     return run_smoke(runs, data, "stages.overfit.thresholds.min_reward_gain=1.0")
 
@@ -94,7 +84,7 @@ def test_resume_after_fixing_the_bar_reruns_only_what_did_not_pass(failed_at_ove
     assert all(folder in html for folder in after) and "data:image/png;base64" in html
 
 
-def test_a_known_bad_variant_fails_derisk_and_nothing_later_runs(prefect_server, data, tmp_path) -> None:
+def test_a_known_bad_variant_fails_derisk_and_nothing_later_runs(prefect_harness, data, tmp_path) -> None:
     state, store = run_smoke(tmp_path, data, "sandbox.variants=[slides_returns_none]")
     assert state.name == "GateFailed" and statuses(store) == [FAILED] + [SKIPPED] * 6
     gate = store.manifest("1-derisk").gate

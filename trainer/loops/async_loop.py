@@ -19,6 +19,13 @@ requests freeze with their KV cache and continue on the new weights). Rules:
   the harness records the version at each turn's end, so this is a lower bound on the true staleness).
 * ``wait_s``: the trainer's idle seconds waiting for the buffer (wait_for_generation_buffer); idle share = Σ wait /
   wall. Tokens/s counts generated (loss-masked) tokens over each step's wall time.
+* a worker whose group raised (an injected ``worker_crash``, any bug in generation; ``EngineRejected``, a
+  configuration error, still ends the run) dies: its position goes back to the front of the stream (``pending``)
+  and a new worker takes its place, so the buffer never waits on a dead worker; a position that kills
+  ``MAX_REQUEUES`` workers in a row ends the run with that error instead of looping.
+* rollouts an infra fault or a broken task ended (``error_class`` retryable_infra / task) are reported to the hooks
+  with the rest but never trained on (``rollouts.trainable``); the rollouts that finished after the last step are
+  reported at the end, so every finished rollout is recorded.
 * resume: a checkpoint stores ``{"next": next stream position, "pending": positions started but not trained or
   dropped}``; a resumed run re-generates the pending positions first, so no task of the stream is skipped.
 
@@ -32,6 +39,7 @@ and ``trainer.loops.runtimes.run_async_loop`` picks one by ``AsyncLoopConfig.run
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,12 +49,19 @@ from typing import Protocol
 
 from pydantic import Field, JsonValue
 
+from envs.faults import FaultInjector, FaultKind, InjectedFault
+from envs.harness.engine_client import EngineRejected
 from envs.types import Trajectory
 from trainer.local import CheckpointInfo, StepMetrics
 from trainer.loops.config import LoopConfig
 from trainer.loops.history import LoopHistory, StepRecord, WallClock
 from trainer.loops.job import LoopHooks
-from trainer.loops.rollouts import generated_tokens, has_signal, outcome
+from trainer.loops.rollouts import generated_tokens, has_signal, outcome, trainable
+
+log = logging.getLogger(__name__)
+
+MAX_REQUEUES = 3
+"""Workers one stream position may kill before the run stops with its error."""
 
 
 class RuntimeKind(StrEnum):
@@ -152,6 +167,10 @@ class _Batch:
         return [t for _, group in self.items for t in group]
 
 
+class _WorkerDied(Exception):
+    """A generation worker's group raised; its position was re-queued and the worker is to be replaced."""
+
+
 class _Choreography:
     """The state the workers and the trainer share (changed only under ``changed``), and their moves."""
 
@@ -163,12 +182,24 @@ class _Choreography:
         self.outstanding: set[int] = set()
         self.buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(maxsize=(S + 1) * B)
         self.changed = asyncio.Condition()
+        self.faults: FaultInjector | None = config.faults.injector("worker") if config.faults else None
+        self.deaths: dict[int, int] = {}  # position -> workers it killed
+        self.workers_replaced = 0
 
     def capacity(self) -> int:
         return admission_capacity(self.config, self.running, self.steps_done + 1, self.accepted)
 
     def staleness(self, trajectory: Trajectory) -> int:
         return staleness(self.steps_done, trajectory, self.runtime.version_offset)
+
+    async def supervised_worker(self) -> None:
+        """A ``worker``, replaced by a new one each time it dies (see the module docstring)."""
+        while True:
+            try:
+                await self.worker()
+            except _WorkerDied as died:
+                self.workers_replaced += 1
+                log.warning("generation worker died (%s); replacing it", died)
 
     async def worker(self) -> None:
         """Generate one group at a time while admission allows; buffer the ones with signal, drop the others."""
@@ -178,10 +209,19 @@ class _Choreography:
                 position = self.cursor.take()
                 self.outstanding.add(position)
                 self.running += 1
-            group = await self.runtime.generate(position)
+            try:
+                if self.faults is not None and self.faults.fires(FaultKind.WORKER_CRASH):
+                    raise InjectedFault(f"injected fault: the worker generating position {position} crashed")
+                group = await self.runtime.generate(position)
+            except EngineRejected:
+                raise
+            except Exception as error:
+                await self._requeue(position, error)
+                raise _WorkerDied(f"position {position}: {type(error).__name__}: {error}") from error
             async with self.changed:
                 self.running -= 1
-                self.finished.extend(group)
+                self.finished.extend(group)  # recorded with their error class; trained on only if trainable
+                group = trainable(group)
                 if has_signal(group, self.config.trainer.algorithm):
                     self.accepted += 1
                     self.buffer.put_nowait((position, group))
@@ -189,6 +229,19 @@ class _Choreography:
                     self.dropped += 1
                     self.outstanding.discard(position)
                 self.changed.notify_all()
+
+    async def _requeue(self, position: int, error: Exception) -> None:
+        """Give a dead worker's position back to the stream (first in line), unless it keeps killing workers."""
+        self.deaths[position] = self.deaths.get(position, 0) + 1
+        if self.deaths[position] > MAX_REQUEUES:
+            raise RuntimeError(f"stream position {position} killed {MAX_REQUEUES + 1} workers in a row") from error
+        if self.config.faults is not None:
+            self.config.faults.note_retry("worker_crash", "worker")
+        async with self.changed:
+            self.running -= 1
+            self.outstanding.discard(position)
+            self.cursor.pending.appendleft(position)
+            self.changed.notify_all()
 
     async def next_batch(self) -> _Batch:
         """The next B buffered groups within the staleness bound; older ones are dropped and their slots freed."""
@@ -255,7 +308,7 @@ async def run_async(
     history, clock = start.history, WallClock(start.history.wall_s)
     loop = _Choreography(runtime, config, start)
     async with asyncio.TaskGroup() as tasks:
-        workers = [tasks.create_task(loop.worker()) for _ in range(config.workers)]
+        workers = [tasks.create_task(loop.supervised_worker()) for _ in range(config.workers)]
         last_wall = history.wall_s
         while loop.steps_done < config.steps:
             record, finished = await loop.train(await loop.next_batch(), clock, last_wall)
@@ -265,10 +318,16 @@ async def run_async(
                     record.eval_reward, record.eval_pass_rate = await runtime.evaluate()
             history.steps.append(record)
             hooks.rollouts(record.step, finished)
+            # The step's record before its checkpoint: a kill between the two then resumes from the previous
+            # checkpoint with a history the resume cuts back to it, never from a checkpoint whose record was lost.
+            history.save(out_dir)
             if config.checkpoint_due(record.step):
                 await runtime.checkpoint(record.step, loop.cursor.to_json(loop.outstanding))
-            history.save(out_dir)
             hooks.step(record)
         for task in workers:
             task.cancel()
+    if loop.finished:  # finished after the last step: recorded too (groups still running were cancelled)
+        hooks.rollouts(loop.steps_done, loop.finished)
+    if loop.workers_replaced:
+        log.warning("%d generation workers died and were replaced", loop.workers_replaced)
     return history

@@ -1,5 +1,6 @@
 """``LoopConfig``: the knobs the synchronous and the fully-async loop share, and what they derive from them (the
-engine's config, the harness checkpoints carry, when to evaluate and checkpoint, the run's ``Rollouts``)."""
+engine's config, the harness checkpoints carry, when to evaluate and checkpoint, the run's ``Rollouts``) — the
+injected faults (``envs.faults``) included: both loops wrap their engine and their group generation alike."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
-from envs.harness.agent import EnvsForTask, HarnessConfig
+from envs.faults import FaultPlan
+from envs.harness.agent import AgentSetup, EnvsForTask, HarnessConfig
 from envs.harness.engine_client import CompletionEngine
 from envs.harness.policy import PolicyHarness
 from trainer.engine import EngineConfig
@@ -36,6 +38,10 @@ class LoopConfig(BaseModel):
     apps: tuple[str, ...] | None = None
     """Apps the local tool session offers (None: all); the bootstrap's base is trained on filesystem + sheets."""
     seed: int = 0
+    infra_retries: int = Field(1, ge=0)
+    """Re-runs of a rollout an infra fault ended (``retryable_infra``), so its group does not shrink (``Rollouts``)."""
+    faults: FaultPlan | None = None
+    """Injected faults (``envs.faults``): engine faults around the in-process engine, crashes of group generation."""
     # --- advanced -----------------------------------------------------------------------------------------------
     eval_every: int = Field(0, ge=0)
     """Evaluate every N steps (0: never) on the first ``eval_tasks`` selected tasks, ``eval_samples`` each."""
@@ -57,8 +63,9 @@ class LoopConfig(BaseModel):
         return LoopCheckpoints(out_dir, kind, self.policy_harness())
 
     def rollouts(self, envs_for: EnvsForTask, engine: CompletionEngine, tokenizer: PreTrainedTokenizerBase) -> Rollouts:
-        """The run's group rollouts: this config's harness and seed over ``engine``."""
-        return Rollouts(envs_for, engine, tokenizer, self.harness, self.seed)
+        """The run's group rollouts: this config's harness, seed and infra retries over ``engine``."""
+        agent = AgentSetup(engine, tokenizer, self.harness)
+        return Rollouts(envs_for, agent, self.seed, self.infra_retries, self.faults)
 
     def checkpoint_due(self, step: int) -> bool:
         return step == self.steps or (self.checkpoint_every > 0 and step % self.checkpoint_every == 0)

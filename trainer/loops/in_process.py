@@ -1,5 +1,6 @@
 """The fully-async loop's in-process ``Runtime``: the engine and the trainer in this process, generation on the
-engine's thread and ``train_step`` in a worker thread (``run_in_process``)."""
+engine's thread and ``train_step`` in a worker thread (``run_in_process``); with ``AsyncLoopConfig.faults`` on, the
+engine's completions go through the fault injector (``envs.faults``)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ class InProcessRuntime:
 
     def __init__(self, policy: Policy, job: LoopJob, tasks: Sequence[TaskSpec], config: AsyncLoopConfig) -> None:
         self.policy, self.tasks, self.config = policy, tasks, config
-        self.client = InProcessEngine(policy.engine)
+        faults = config.faults.injector("engine") if config.faults else None
+        self.client = InProcessEngine(policy.engine, faults)
         self.rollouts = config.rollouts(job.envs(config.apps), self.client, policy.tokenizer)
         self.checkpoints: LoopCheckpoints = config.checkpoints(job.out_dir, "async")
         self.version_offset = policy.resumed.step if policy.resumed else 0
 
     async def generate(self, position: int) -> list[Trajectory]:
-        return await self.rollouts.at(self.tasks, position, self.config.samples_per_prompt)
+        """Every rollout of the group, infra failures included: the loop records them and trains on the rest."""
+        task = self.rollouts.task_at(self.tasks, position)
+        return await self.rollouts.run(task, position, self.config.samples_per_prompt)
 
     async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
         batch = TrainBatch.from_trajectories(trajectories, self.config.trainer.algorithm)

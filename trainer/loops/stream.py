@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.apex import refuse_evaluation_only
 from envs.types import Split, TaskSpec, Tier
 
 _PRIME = 1_000_003
@@ -32,6 +33,9 @@ class TaskFilter(BaseModel):
     limit: int | None = Field(None, ge=1, description="keep the first N matching tasks (in the given order)")
 
     def select(self, tasks: Sequence[TaskSpec]) -> list[TaskSpec]:
+        """The tasks to train on. Every training loop selects its tasks here, so this is where a task set holding
+        evaluation-only tasks (APEX-Agents: its licence forbids training) is refused, whatever the filter."""
+        refuse_evaluation_only(tasks)
         chosen = [
             t
             for t in tasks

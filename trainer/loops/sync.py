@@ -3,13 +3,20 @@
 One step:
 
 1. positions cursor … cursor + B − 1 of the seeded task stream (``stream.task_at``) pick B tasks;
-2. ``run_group`` per task, all B groups at once, n samples each, against the in-process engine;
-3. ``TrainBatch.from_trajectories`` (zero-variance groups dropped; a step whose groups all tie trains nothing);
+2. ``run_group`` per task, all B groups at once, n samples each, against the in-process engine; a rollout an infra
+   fault ended is re-run (``Rollouts.run``), and a group whose generation dies is generated again (at most
+   ``MAX_REQUEUES`` times, as the async loop re-queues a dead worker's position);
+3. every rollout is recorded (``hooks.rollouts``; infra failures with their error class), and
+   ``TrainBatch.from_trajectories`` trains on the ``trainable`` ones (zero-variance groups dropped; a step whose
+   groups all tie trains nothing);
 4. ``LocalTrainer.train_step`` — one AdamW step on the whole batch;
 5. ``push_weights`` — the engine gets the new weights (pause(keep) → update → resume; nothing is in flight here);
 6. a ``StepRecord`` (reward mean and pass rate of the step's rollouts; generate / train / sync seconds), an optional
    evaluation, and every ``checkpoint_every`` steps a checkpoint that stores the cursor — a rerun with the same
    ``out_dir`` resumes from the newest one and replays the exact task stream.
+
+With ``config.faults`` on (``envs.faults``), the engine's completions go through the fault injector and group
+generation may crash (``worker_crash``), as in the async loop.
 
     job = LoopJob(Path("models/base/<hash>"), load_tasks(Path("data")), Path("data/worlds"), Path("runs/sync"))
     history = run_sync_loop(job, SyncLoopConfig(steps=20, apps=("filesystem", "sheets")))
@@ -18,18 +25,25 @@ One step:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from envs.faults import FaultInjector, FaultKind, InjectedFault
+from envs.harness.engine_client import EngineRejected
 from envs.types import TaskSpec, Trajectory
 from trainer.local import EmptyBatchError, TrainBatch
+from trainer.loops.async_loop import MAX_REQUEUES
 from trainer.loops.config import LoopConfig
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory, StepRecord, WallClock
 from trainer.loops.job import LoopJob
 from trainer.loops.policy import Policy, open_policy
-from trainer.loops.rollouts import Rollouts, generated_tokens, outcome
+from trainer.loops.rollouts import Rollouts, generated_tokens, outcome, trainable
+
+log = logging.getLogger(__name__)
 
 
 class SyncLoopConfig(LoopConfig):
@@ -47,8 +61,12 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
     selected = config.tasks.select(job.tasks)
     policy = open_policy(job.policy_dir, config.trainer, job.out_dir, config.engine_config())
     try:
-        client = InProcessEngine(policy.engine)
+        faults = config.faults
+        client = InProcessEngine(policy.engine, faults.injector("engine") if faults else None)
         rollouts = config.rollouts(job.envs(config.apps), client, policy.tokenizer)
+        generator = _Generator(
+            rollouts, selected, config.samples_per_prompt, faults.injector("worker") if faults else None
+        )
         checkpoints = config.checkpoints(job.out_dir, "sync")
         step = policy.resumed.step if policy.resumed else 0
         cursor = int(policy.resumed.data_cursor) if policy.resumed else 0  # type: ignore[arg-type]
@@ -58,8 +76,8 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
             step += 1
             positions = list(range(cursor, cursor + config.prompts_per_step))
             cursor += config.prompts_per_step
-            record, flat = await _generate(rollouts, selected, step, positions, config.samples_per_prompt)
-            job.hooks.rollouts(step, flat)
+            record, everyone, flat = await generator.step(step, positions)
+            job.hooks.rollouts(step, everyone)
             await _train(policy, client, flat, record, config)
             record.wall_s = clock.now()
             if config.eval_due(step):
@@ -67,39 +85,72 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
                     evaluated = await evaluate_reward(rollouts, selected[: config.eval_tasks], config.eval_samples)
                 record.eval_reward, record.eval_pass_rate = evaluated
             history.steps.append(record)
+            # The record before the checkpoint: a kill between the two resumes from the previous checkpoint (the
+            # history is cut back to it); the other order would resume from this one without this step's record.
+            history.save(job.out_dir)
             if config.checkpoint_due(step):
                 checkpoints.save(policy.trainer, policy.tokenizer, step, cursor)
-            history.save(job.out_dir)
             job.hooks.step(record)
         return history
     finally:
         policy.close()
 
 
-async def _generate(
-    rollouts: Rollouts, tasks: Sequence[TaskSpec], step: int, positions: list[int], n: int
-) -> tuple[StepRecord, list[Trajectory]]:
-    """Steps 1-2: the groups at ``positions``, all at once; the step's record as if nothing were trained."""
-    tick = time.perf_counter()
-    groups = await asyncio.gather(*(rollouts.at(tasks, p, n) for p in positions))
-    generate_s = time.perf_counter() - tick
-    flat = [t for group in groups for t in group]
-    if not flat:
-        raise RuntimeError(f"step {step}: every rollout failed for infra or task reasons")
-    reward_mean, pass_rate = outcome(flat)
-    record = StepRecord(
-        step=step,
-        wall_s=0.0,
-        reward_mean=reward_mean,
-        pass_rate=pass_rate,
-        trajectories=len(flat),
-        groups_dropped=len(positions),
-        trained=False,
-        generate_s=generate_s,
-        tokens_per_s=generated_tokens(flat) / generate_s,
-        positions=positions,
-    )
-    return record, flat
+@dataclass(frozen=True)
+class _Generator:
+    """Steps 1-2: the run's rollouts over its selected tasks, n samples a group, under injected generation crashes."""
+
+    rollouts: Rollouts
+    tasks: Sequence[TaskSpec]
+    n: int
+    crashes: FaultInjector | None
+
+    async def step(self, step: int, positions: list[int]) -> tuple[StepRecord, list[Trajectory], list[Trajectory]]:
+        """The groups at ``positions``, all at once: the step's record as if nothing were trained, every rollout
+        (to record) and the trainable ones (to train on)."""
+        tick = time.perf_counter()
+        groups = await asyncio.gather(*(self.group(p) for p in positions))
+        generate_s = time.perf_counter() - tick
+        everyone = [t for group in groups for t in group]
+        flat = trainable(everyone)
+        if not flat:
+            raise RuntimeError(f"step {step}: every rollout failed for infra or task reasons")
+        reward_mean, pass_rate = outcome(flat)
+        record = StepRecord(
+            step=step,
+            wall_s=0.0,
+            reward_mean=reward_mean,
+            pass_rate=pass_rate,
+            trajectories=len(flat),
+            groups_dropped=len(positions),
+            trained=False,
+            generate_s=generate_s,
+            tokens_per_s=generated_tokens(flat) / generate_s,
+            positions=positions,
+        )
+        return record, everyone, flat
+
+    async def group(self, position: int) -> list[Trajectory]:
+        """Every rollout of the group at ``position``; a generation that dies (an injected ``worker_crash``, any
+        error but the engine's refusal) is started again, at most ``MAX_REQUEUES`` times, then its error is raised."""
+        task = self.rollouts.task_at(self.tasks, position)
+        deaths = 0
+        while True:
+            try:
+                if self.crashes is not None and self.crashes.fires(FaultKind.WORKER_CRASH):
+                    raise InjectedFault(f"injected fault: the generation of position {position} crashed")
+                return await self.rollouts.run(task, position, self.n)
+            except EngineRejected:
+                raise
+            except Exception as error:
+                deaths += 1
+                if deaths > MAX_REQUEUES:
+                    raise
+                log.warning(
+                    "generating position %d died (%s: %s); starting it again", position, type(error).__name__, error
+                )
+                if self.rollouts.faults is not None:
+                    self.rollouts.faults.note_retry("worker_crash", "worker")
 
 
 async def _train(
