@@ -1,23 +1,25 @@
 # The MCP gateway image for the docker sandbox provider: one container per rollout, the world mounted at /world, the
 # gateway started over stdio with `docker exec -i CONTAINER python -m envs.mcp.gateway --world /world`.
 #
-#   docker build -f docker/gateway.Dockerfile -t rl-recipe-gateway:latest .
+#   make docker-base        # docker/build.sh: the base image, then this one from a prepared build context
 #
-# Only envs/ and the gateway's runtime libraries go in (no torch, Prefect or Ray): the image stays small and starts fast.
-FROM python:3.11-slim
+# Built FROM the local Debian base (debootstrap; python3, venv, bubblewrap) with no network: the context holds envs/,
+# gateway-requirements.txt and the wheels `pip download` fetched on the host. Only envs/ and the gateway's runtime
+# libraries go in (no torch, Prefect or Ray): the image stays small and starts fast.
+ARG BASE_IMAGE=rl-recipe-base:bookworm
+FROM ${BASE_IMAGE}
 
-# bubblewrap isolates code_exec inside the container as on a host (envs/sandbox/limits.py); bash for run_bash.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap bash \
-    && rm -rf /var/lib/apt/lists/*
-
-RUN pip install --no-cache-dir \
-    "mcp>=2.3" "pydantic>=2.7" "openpyxl>=3.1" "pycel>=1.0b30" "python-docx>=1.1" "python-pptx>=1.0" \
-    "pdfplumber>=0.11" "numpy>=1.26" "pandas>=2.0"
+COPY gateway-requirements.txt /tmp/gateway-requirements.txt
+COPY wheels/ /tmp/wheels/
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links /tmp/wheels -r /tmp/gateway-requirements.txt \
+    && rm -rf /tmp/wheels /tmp/gateway-requirements.txt
 
 WORKDIR /app
 COPY envs/ /app/envs/
-ENV PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# `python` is the venv's; code_exec puts the interpreter's folder first on PATH as on a host.
+ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONPATH=/app PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 LANG=C.UTF-8
 
 # The container idles; each sandbox runs its gateway with `docker exec -i`, so a reset never restarts the container.
 CMD ["sleep", "infinity"]

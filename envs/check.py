@@ -6,6 +6,10 @@ The oracle's tool calls go straight to the Python apps (``python``), or through 
 recorded (``ToolCallRecord``: tool, ok, error class, returned nothing, latency), so the de-risk stage can compute
 per-tool failure and empty-on-success rates over calls whose arguments are known to be right. ``variants`` puts
 known-bad tool variants (``envs.mcp.variants``) in front of the apps on the MCP transports.
+
+Harbor tasks pass the same gate with Harbor's two reference agents (``check_harbor_tasks``): ``oracle`` must score 1
+and ``nop`` (doing nothing) must score 0, or the task is invalid; under bubblewrap (``local``) or in containers built
+from the tasks' images (``docker``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 from envs.apps import ToolError, World
 from envs.graders import grade
+from envs.harness.harbor_docker import run_reference_agent_docker
+from envs.harness.terminal import ReferenceAgent, ReferenceRun, run_reference_agent
 from envs.harness.tools import ToolOutcome, app_outcome, call_record
 from envs.mcp.servers import mcp_name
 from envs.mcp.variants import BadVariant
@@ -241,3 +247,58 @@ def check_oracles(
 ) -> list[OracleCheck]:
     """``check_environment``'s oracle results."""
     return check_environment(tasks, worlds_root, on_result, transport, variants).oracles
+
+
+# --- Harbor tasks ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HarborCheck:
+    """Harbor's reference agents on one task: valid when ``oracle`` scores 1 and ``nop`` scores 0."""
+
+    task_id: str
+    oracle_reward: float
+    nop_reward: float
+    seconds: float
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None and self.oracle_reward == 1.0 and self.nop_reward == 0.0
+
+
+class HarborProvider(StrEnum):
+    LOCAL = "local"  # bubblewrap: the Dockerfile's COPY / RUN steps followed in a host folder
+    DOCKER = "docker"  # a container from the task's image (envs.harness.harbor_docker)
+
+
+REFERENCE_RUNNERS: dict[HarborProvider, Callable[[TaskSpec, ReferenceAgent], ReferenceRun]] = {
+    HarborProvider.LOCAL: run_reference_agent,
+    HarborProvider.DOCKER: run_reference_agent_docker,
+}
+
+
+def check_harbor_task(task: TaskSpec, provider: HarborProvider = HarborProvider.LOCAL) -> HarborCheck:
+    started, rewards, error = time.perf_counter(), {agent: 0.0 for agent in ReferenceAgent}, None
+    for agent in ReferenceAgent:
+        try:
+            rewards[agent] = REFERENCE_RUNNERS[provider](task, agent).reward
+        except Exception as exc:  # one broken task must not hide the others
+            error = f"{agent}: {type(exc).__name__}: {exc}"
+            break
+    oracle, nop = rewards[ReferenceAgent.ORACLE], rewards[ReferenceAgent.NOP]
+    return HarborCheck(task.task_id, oracle, nop, time.perf_counter() - started, error)
+
+
+def check_harbor_tasks(
+    tasks: Iterable[TaskSpec],
+    on_result: Callable[[HarborCheck], None] | None = None,
+    provider: HarborProvider = HarborProvider.LOCAL,
+) -> list[HarborCheck]:
+    """``check_harbor_task`` for each task (``on_result`` sees each as it finishes)."""
+    results = []
+    for task in tasks:
+        results.append(check_harbor_task(task, provider))
+        if on_result is not None:
+            on_result(results[-1])
+    return results

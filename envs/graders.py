@@ -3,8 +3,10 @@
 ``grade(task, answer, world_before, world_after, judge)`` checks every criterion of ``task.rubric`` and returns a
 ``GradeResult`` (APEX-style: ``score`` = share of criteria met, ``passed`` = all of them met). Answer criteria read
 the final answer; file criteria read the after-world (``file_unchanged`` compares the bytes of both worlds);
-``llm_judge`` asks a ``Judge``; ``verifier_reward`` reads the reward a Harbor verifier wrote to
-``world_after/logs/verifier/``. Each criterion result carries a detail string saying what was expected and found.
+``llm_judge`` asks a ``Judge`` — unless the task requires a file output (``REQUIRED_OUTPUTS`` in its metadata) and the
+rollout wrote or edited none, which fails the criterion without a judge call, as APEX grades; ``verifier_reward``
+reads the reward a Harbor verifier wrote to ``world_after/logs/verifier/``. Each criterion result carries a detail
+string saying what was expected and found.
 
 ``diff_worlds(before, after)`` lists the files added, removed and modified (by SHA-256 of their content) under
 ``filesystem/`` and ``apps_data/``: the evidence given to a judge, and what audits show.
@@ -49,6 +51,9 @@ from envs.types import (
 )
 
 DIFFED_ROOTS = ("filesystem", "apps_data")
+REQUIRED_OUTPUTS = "required_outputs"
+"""``TaskSpec.metadata`` key: the suffixes (``[".docx"]``; ``[]``: any) of which the rollout must write or edit a file
+under ``filesystem/`` before any ``llm_judge`` criterion is judged."""
 VERIFIER_LOGS = Path("logs") / "verifier"
 # A judge sees the changed files' text; the caps keep one huge output from crowding out the rest of its context.
 EVIDENCE_CHARS_PER_FILE = 6_000
@@ -235,9 +240,23 @@ class _Context:
         return self.answer
 
     @cached_property
+    def diff(self) -> WorldDiff:
+        return diff_worlds(self.world_before, self.world_after)
+
+    def require_outputs(self) -> None:
+        """The task's required file output was written or edited, or the criterion is unmet (no judge is asked)."""
+        suffixes = self.task.metadata.get(REQUIRED_OUTPUTS)
+        if suffixes is None:
+            return
+        changed = [path for path in (*self.diff.added, *self.diff.modified) if path.startswith("filesystem/")]
+        if not any(not suffixes or Path(path).suffix.casefold() in suffixes for path in changed):
+            wanted = f"a {'/'.join(suffixes)} file" if suffixes else "a file"
+            raise _Unmet(f"the task's output is {wanted} under filesystem/; none was written or edited (not judged)")
+
+    @cached_property
     def evidence(self) -> str:
         """What changed in the world, then the text of each added or modified file (capped)."""
-        diff = diff_worlds(self.world_before, self.world_after)
+        diff = self.diff
         sections = [f"World changes: {diff.summary()}"]
         budget = EVIDENCE_CHARS_TOTAL
         for relative in (*diff.added, *diff.modified):
@@ -386,6 +405,7 @@ def _file_unchanged(criterion: FileUnchanged, ctx: _Context) -> str:
 def _llm_judge(criterion: LlmJudge, ctx: _Context) -> str:
     # grade() refuses to start without a judge when the rubric needs one, so ctx.judge is set here.
     assert ctx.judge is not None
+    ctx.require_outputs()
     verdict = ctx.judge.judge(ctx.task.prompt, criterion.criteria, ctx.answer, ctx.evidence)
     if not verdict.passed:
         raise _Unmet(f"judge: not met ({criterion.criteria!r}): {verdict.reason}")

@@ -50,8 +50,9 @@ from typing import Any, Self, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError
 
+from envs.faults import JUDGE_FAULTS, FaultInjector
 from envs.graders import JudgeVerdict
-from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice
+from envs.openai_http import ApiClient, ApiError, ApiFailure, FaultTransport, backoff_delay_s, first_choice
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +125,16 @@ class JudgeError(Exception):
 
 # --- prompt and parsing ----------------------------------------------------------------------------------------------
 
+# APEX-Agents' grading rules: binary criteria, every part must hold, and only what the run left behind is evidence.
 SYSTEM_PROMPT = (
     "You are a strict grader. You judge whether an agent's work meets ONE rubric criterion.\n"
     "Judge only that criterion, using the task, the agent's final answer and the evidence given.\n"
+    "Rules:\n"
+    "1. The criterion is met only if every part of it holds: when it joins several requirements (and, lists, "
+    "numbers with their units), one unmet part fails it. Partly met is not met.\n"
+    "2. The agent's claims about files it wrote or edited are not evidence. A file counts only as the evidence "
+    "shows it (the world changes and the file contents listed); a file the evidence does not show does not exist.\n"
+    "3. When the final answer and the evidence do not show that the criterion holds, it is not met.\n"
     'Reply with exactly one JSON object and nothing else: {"passed": true|false, "reason": "<one sentence>"}'
 )
 
@@ -147,7 +155,7 @@ def build_messages(
         f"## Task given to the agent\n{task_prompt}\n\n"
         f"## Criterion\n{criterion_text}\n\n"
         f"## Agent's final answer\n{answer if answer is not None else '(no final answer)'}\n\n"
-        f"## Evidence (files and tool output after the run)\n{evidence or '(none)'}"
+        f"## Evidence (the files the run added, removed or modified, and their contents)\n{evidence or '(none)'}"
     )
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
@@ -259,8 +267,11 @@ def _quantile(sorted_values: list[float], q: float) -> float | None:
 class LlmJudgeClient:
     """Judges criteria over HTTP with rotation, backoff, a concurrency limit and metrics. Close it when done."""
 
-    def __init__(self, config: JudgeConfig, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, config: JudgeConfig, rng: random.Random | None = None, faults: FaultInjector | None = None
+    ) -> None:
         self.config = config
+        self._faults = faults
         keys = config.resolve_keys()
         self._rng = rng or random.Random()
         self._metrics = _MetricsRecorder()
@@ -277,7 +288,11 @@ class LlmJudgeClient:
         # Both belong to the private loop: created on it, used only on it. The semaphore alone bounds concurrency;
         # an unbounded pool keeps httpx's own 100-connection default from queueing requests behind our back.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.config.max_concurrency)
-        api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, limits=limits)
+        if self._faults is None:
+            api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, limits=limits)
+        else:  # injected 429 / 500 / slow / malformed replies (envs.faults), under the same retry loop
+            transport = FaultTransport(httpx.AsyncHTTPTransport(limits=limits), self._faults, JUDGE_FAULTS)
+            api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, transport=transport)
         return api, asyncio.Semaphore(self.config.max_concurrency)
 
     def _submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
@@ -377,6 +392,8 @@ class LlmJudgeClient:
         for attempt in range(1, config.max_attempts + 1):
             if last is not None:
                 self._metrics.retry(last.failure)
+                if self._faults is not None:
+                    self._faults.plan.note_retry(str(last.failure), "judge")
                 if last.failure is not ApiFailure.MALFORMED_RESPONSE:
                     await asyncio.sleep(self._sleep_s(last, backoff_retries))
                     backoff_retries += 1

@@ -1,11 +1,9 @@
-"""Load tasks into ``TaskSpec``: our own JSONL, APEX-Agents rows and Harbor task folders.
+"""Load tasks into ``TaskSpec``: our own JSONL and Harbor task folders (APEX-Agents releases: ``envs.apex``).
 
 * ``load_jsonl`` / ``save_jsonl`` — one ``TaskSpec`` JSON object per line (the save is atomic).
-* ``load_apex`` — APEX-Agents rows (a JSON list or JSONL): ``task_id, world_id, domain, prompt,
-  rubric[{verifier_id, criteria}], task_input_files, expected_output, gold_response``; every rubric item becomes an
-  ``llm_judge`` criterion, the gold response goes to ``metadata``.
 * ``load_harbor`` / ``load_harbor_dir`` — Harbor task folders: ``instruction.md`` (the prompt), ``task.toml``
-  (``[metadata]`` difficulty / category / tags, ``[verifier]`` and ``[agent]`` ``timeout_sec``), ``tests/test.sh``
+  (``[metadata]`` difficulty / category / tags, ``[verifier]`` and ``[agent]`` ``timeout_sec``, ``[environment]``
+  docker_image / build_timeout_sec / cpus / memory_mb / storage_mb, in ``metadata["environment"]``), ``tests/test.sh``
   (the verifier, whose reward the single ``verifier_reward`` criterion reads) and optional ``solution/solve.sh``
   (the oracle, run as one ``code_exec.run_bash`` call).
 
@@ -22,14 +20,15 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.jsonio import JsonError, json_line, json_lines, parse_json
-from envs.types import Criterion, Domain, LlmJudge, Oracle, OracleStep, TaskSpec, VerifierReward
+from envs.types import Criterion, Domain, Oracle, OracleStep, TaskSpec, VerifierReward
 
 _CRITERION_KINDS = frozenset(member.model_fields["kind"].default for member in get_args(get_args(Criterion)[0]))
 
 
-class TaskLoadError(ValueError):
+class TaskLoadError(RecipeError, ValueError):
     """A task source that cannot be loaded: ``source`` (file or task folder), ``where`` (``line 3``, ``row 2``) and
     ``problems`` as (field or None, reason) pairs."""
 
@@ -124,108 +123,6 @@ def save_jsonl(tasks: Iterable[TaskSpec], path: Path) -> None:
     atomic_write_text(path, "".join(json_line(task.model_dump(mode="json")) for task in tasks))
 
 
-# --- APEX-Agents -----------------------------------------------------------------------------------------------------
-
-_APEX_DOMAINS = {
-    "investment banking": Domain.INVESTMENT_BANKING,
-    "management consulting": Domain.MANAGEMENT_CONSULTING,
-    "law": Domain.CORPORATE_LAW,
-    "corporate law": Domain.CORPORATE_LAW,
-}
-
-
-def apex_domain(name: str) -> Domain:
-    """APEX job names ("Investment Banking", "Management Consulting", "Law" / "Corporate Law") or our own values."""
-    key = " ".join(name.casefold().replace("_", " ").replace("-", " ").split())
-    domains = {**{str(domain).replace("_", " "): domain for domain in Domain}, **_APEX_DOMAINS}
-    if key not in domains:
-        known = ", ".join(sorted({*(name.title() for name in _APEX_DOMAINS), *(str(d) for d in Domain)}))
-        raise ValueError(f"unknown domain {name!r}; known: {known}")
-    return domains[key]
-
-
-class _ApexCriterion(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    criteria: str = Field(min_length=1)
-    verifier_id: str | None = None
-
-
-class _ApexRow(BaseModel):
-    # Rows carry more columns than we use (task_name, gold_response_type, ...): they are kept in metadata.
-    model_config = ConfigDict(extra="allow")
-
-    task_id: str = Field(min_length=1)
-    world_id: str = Field(min_length=1)
-    domain: str
-    prompt: str = Field(min_length=1)
-    rubric: list[_ApexCriterion] = Field(min_length=1)
-    task_input_files: list[str] | str | None = None
-    expected_output: list[str] | str | None = None
-    gold_response: str | None = None
-
-
-class _FieldError(ValueError):
-    """A row field whose value passed type checks but not a later rule (an unknown domain)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(reason)
-        self.field = field
-
-
-def _as_list(value: list[str] | str | None) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value else []
-    return list(value)
-
-
-def _apex_task(row: Any) -> TaskSpec:
-    parsed = _ApexRow.model_validate(row)
-    try:
-        domain = apex_domain(parsed.domain)
-    except ValueError as exc:
-        raise _FieldError("domain", str(exc)) from None
-    return TaskSpec(
-        task_id=parsed.task_id,
-        world_id=parsed.world_id,
-        domain=domain,
-        prompt=parsed.prompt,
-        rubric=[LlmJudge(criteria=item.criteria, verifier_id=item.verifier_id) for item in parsed.rubric],
-        input_files=_as_list(parsed.task_input_files),
-        expected_outputs=_as_list(parsed.expected_output),
-        metadata={
-            "source": "apex",
-            "apex_domain": parsed.domain,
-            "gold_response": parsed.gold_response,
-            **(parsed.model_extra or {}),
-        },
-    )
-
-
-def load_apex(path: Path) -> list[TaskSpec]:
-    """APEX-Agents rows from a JSON list (``row N``, 1-based) or JSONL (``line N``)."""
-    text = _read_text(path)
-    if text.lstrip().startswith("["):
-        try:
-            rows = parse_json(text)
-        except JsonError as exc:
-            raise TaskLoadError(path, [(None, f"invalid JSON: {exc}")]) from None
-        numbered = [(f"row {number}", row) for number, row in enumerate(rows, start=1)]
-    else:
-        numbered = _json_lines(path)
-    tasks = []
-    for where, row in numbered:
-        try:
-            tasks.append((where, _apex_task(row)))
-        except ValidationError as exc:
-            raise TaskLoadError(path, _problems(exc), where) from None
-        except _FieldError as exc:
-            raise TaskLoadError(path, [(exc.field, str(exc))], where) from None
-    return _unique(tasks, path)
-
-
 # --- Harbor ----------------------------------------------------------------------------------------------------------
 
 
@@ -243,15 +140,29 @@ class _HarborTimeout(BaseModel):
     timeout_sec: float | None = Field(default=None, gt=0)
 
 
+class _HarborEnvironment(BaseModel):
+    """``[environment]``: how Harbor builds the task's container and what it may use."""
+
+    model_config = ConfigDict(extra="allow")
+
+    docker_image: str | None = None  # a prebuilt image instead of building environment/Dockerfile
+    build_timeout_sec: float | None = Field(default=None, gt=0)
+    cpus: float | None = Field(default=None, gt=0)
+    memory_mb: int | None = Field(default=None, gt=0)
+    storage_mb: int | None = Field(default=None, gt=0)
+
+
 class _HarborToml(BaseModel):
-    # task.toml has more tables ([environment], version, ...) than a TaskSpec needs; they are ignored.
+    # task.toml has more tables and keys (version, [solution], ...) than a TaskSpec needs; they are ignored.
     model_config = ConfigDict(extra="allow")
 
     metadata: _HarborMetadata = Field(default_factory=_HarborMetadata)
     verifier: _HarborTimeout = Field(default_factory=_HarborTimeout)
     agent: _HarborTimeout = Field(default_factory=_HarborTimeout)
+    environment: _HarborEnvironment = Field(default_factory=_HarborEnvironment)
 
 
+_HARBOR_ENVIRONMENT_KEYS = set(_HarborEnvironment.model_fields)
 HARBOR_TEST_SCRIPT = Path("tests") / "test.sh"
 HARBOR_SOLUTION_SCRIPT = Path("solution") / "solve.sh"
 
@@ -310,6 +221,7 @@ def load_harbor(task_dir: Path) -> TaskSpec:
                 "tags": config.metadata.tags,
                 "verifier_timeout_sec": config.verifier.timeout_sec,
                 "agent_timeout_sec": agent_timeout,
+                "environment": config.environment.model_dump(include=_HARBOR_ENVIRONMENT_KEYS),
             },
         )
     except ValidationError as exc:

@@ -1,6 +1,7 @@
 """Where a group's samples run: environment factories for ``envs.harness.agent.run_group``.
 
-Every rollout gets a private, pristine world and a grader bound to it (``grade(task, answer, pristine, copy)``).
+Every rollout gets a private, pristine world and a grader bound to it (``grade(task, answer, pristine, copy, judge)``;
+the judge, when given, decides the task's ``llm_judge`` criteria).
 Two factories, one contract (``EnvFactory``):
 
 * ``pooled_envs(pool, task, worlds_root)`` — a warm sandbox from a ``SandboxPool``: the MCP gateway over stdio, code
@@ -15,8 +16,8 @@ tool session a caller opens on it.
 Example::
 
     async with SandboxPool(LocalProvider(worlds_by_id), size_per_world=8) as pool:
-        trajectories = await run_group(task, pooled_envs(pool, task, worlds_root), engine, tokenizer, config,
-                                       group_id="step3-task17", n=8)
+        agent = AgentSetup(engine, tokenizer, config)
+        trajectories = await run_group(task, pooled_envs(pool, task, worlds_root), agent, group_id="step3-task17", n=8)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from envs.apps import World
-from envs.graders import grade
+from envs.graders import Judge, grade
 from envs.harness.agent import EnvFactory, SampleEnv
 from envs.harness.tools import GatewayToolSession, LocalToolSession, ToolSession
 from envs.sandbox.pool import SandboxPool
@@ -35,14 +36,15 @@ from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 
 
-def pooled_envs(pool: SandboxPool, task: TaskSpec, worlds_root: Path) -> EnvFactory:
+def pooled_envs(pool: SandboxPool, task: TaskSpec, worlds_root: Path, judge: Judge | None = None) -> EnvFactory:
     pristine = worlds_root / task.world_id
 
     @asynccontextmanager
     async def open_env(sample_index: int) -> AsyncIterator[SampleEnv]:
         async with pool.acquire(task.world_id) as sandbox:
             after = sandbox.world_root
-            yield SampleEnv(GatewayToolSession(sandbox.client), lambda answer: grade(task, answer, pristine, after))
+            tools = GatewayToolSession(sandbox.client)
+            yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, after, judge))
 
     return open_env
 
@@ -51,7 +53,9 @@ ToolsOnCopy = Callable[[Path], AbstractAsyncContextManager[ToolSession]]
 """Opens a sample's tool session on its world copy."""
 
 
-def copy_envs(task: TaskSpec, worlds_root: Path, open_tools: ToolsOnCopy, label: str) -> EnvFactory:
+def copy_envs(
+    task: TaskSpec, worlds_root: Path, open_tools: ToolsOnCopy, label: str, judge: Judge | None = None
+) -> EnvFactory:
     """Each sample: a private copy of the task's world in a scratch folder named after ``label``, the tools
     ``open_tools`` opens on it, graded against the pristine world."""
     pristine = worlds_root / task.world_id
@@ -63,10 +67,12 @@ def copy_envs(task: TaskSpec, worlds_root: Path, open_tools: ToolsOnCopy, label:
         with scratch_dir(f"{label}-{task.task_id}-{sample_index}-") as scratch:
             copy = fork_world(pristine, Path(scratch) / task.world_id)
             async with open_tools(copy) as tools:
-                yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy))
+                yield SampleEnv(tools, lambda answer: grade(task, answer, pristine, copy, judge))
 
     return open_env
 
 
-def local_envs(task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = None) -> EnvFactory:
-    return copy_envs(task, worlds_root, lambda copy: LocalToolSession(World(copy), apps=apps), label="rollout")
+def local_envs(
+    task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = None, judge: Judge | None = None
+) -> EnvFactory:
+    return copy_envs(task, worlds_root, lambda copy: LocalToolSession(World(copy), apps=apps), "rollout", judge)

@@ -2,7 +2,9 @@
 tasks' environments need (a sandbox pool goes on the eval's exit stack) and returns task → environment factory.
 
 Only the MCP harness serves the policy's apps (through the stdio gateway in pooled sandboxes, or in-process:
-``McpBackend``); the code-only and terminal harnesses have tools of their own.
+``McpBackend``); the code-only and terminal harnesses have tools of their own. The MCP and code-only harnesses grade
+``llm_judge`` criteria with the spec's judge (one ``LlmJudgeClient`` for the eval, closed with it); terminal tasks are
+graded by their verifiers.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from envs.graders import Judge
 from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec
 from evals.errors import EvalConfigError
@@ -35,6 +38,17 @@ def _worlds_root(spec: EvalSpec) -> Path:
     return root
 
 
+def _judge(spec: EvalSpec, stack: contextlib.AsyncExitStack) -> Judge | None:
+    """The eval's judge client (closed with the eval), or None when the spec names no judge."""
+    if spec.judge is None:
+        return None
+    from envs.judge import LlmJudgeClient
+
+    client = LlmJudgeClient(spec.judge.config())
+    stack.callback(client.close)
+    return client
+
+
 async def _mcp_gateway(
     spec: EvalSpec, apps: Apps, tasks: Sequence[TaskSpec], stack: contextlib.AsyncExitStack
 ) -> EnvsForTask:
@@ -50,7 +64,8 @@ async def _mcp_gateway(
     pool = await stack.enter_async_context(
         SandboxPool(LocalProvider({w: root / w for w in world_ids}, SandboxOptions(apps=apps)), size_per_world=size)
     )
-    return lambda task: pooled_envs(pool, task, root)
+    judge = _judge(spec, stack)
+    return lambda task: pooled_envs(pool, task, root, judge)
 
 
 async def _mcp_in_process(
@@ -58,8 +73,8 @@ async def _mcp_in_process(
 ) -> EnvsForTask:
     from envs.rollout import local_envs
 
-    root = _worlds_root(spec)
-    return lambda task: local_envs(task, root, apps)
+    root, judge = _worlds_root(spec), _judge(spec, stack)
+    return lambda task: local_envs(task, root, apps, judge)
 
 
 _MCP_BACKENDS: dict[McpBackend, HarnessBuilder] = {
@@ -77,8 +92,8 @@ async def _code_only(
 ) -> EnvsForTask:
     from envs.harness.code_tools import code_only_envs
 
-    root = _worlds_root(spec)
-    return lambda task: code_only_envs(task, root)
+    root, judge = _worlds_root(spec), _judge(spec, stack)
+    return lambda task: code_only_envs(task, root, judge=judge)
 
 
 async def _terminal(

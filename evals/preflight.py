@@ -1,6 +1,6 @@
 """Configuration errors surface before any trial, each an ``EvalConfigError``: the engine serves ``spec.engine.model``
-(``GET /v1/models``), the context budget fits the model card's ``max_model_len``, the tokenizer loads, and the first
-task's first prompt fits the context budget.
+(``GET /v1/models``), the context budget fits the model card's ``max_model_len``, the tokenizer loads, the first
+task's first prompt fits the context budget, and tasks with ``llm_judge`` criteria have a judge (with its keys).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import httpx
 
 from envs.harness.agent import EnvsForTask
 from envs.harness.chat import initial_messages, prompt_ids
-from envs.types import TaskSpec
+from envs.types import LlmJudge, TaskSpec
 from evals.errors import EvalConfigError
 from evals.resolved_harness import ResolvedHarness
 from evals.spec import EngineSpec, EvalSpec
@@ -37,6 +37,21 @@ def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> dict[st
         return {str(card["id"]): card for card in cards}
     except (ValueError, KeyError, TypeError):
         raise EvalConfigError(f"GET {url} did not list models as OpenAI's API does: {response.text[:300]}") from None
+
+
+def check_judge(spec: EvalSpec, tasks: list[TaskSpec]) -> None:
+    """Tasks whose rubric needs a judge get one, and the environment holds its keys: else no trial could be graded."""
+    judged = [task.task_id for task in tasks if any(isinstance(c, LlmJudge) for c in task.rubric)]
+    if judged and spec.judge is None:
+        raise EvalConfigError(
+            f"{len(judged)} task(s) have llm_judge criteria (e.g. {judged[0]}) and no judge is configured; pass "
+            "--judge-url URL --judge-model NAME (an OpenAI-compatible server; keys from --judge-key-env)"
+        )
+    if spec.judge is not None:
+        try:
+            spec.judge.config().resolve_keys()
+        except ValueError as error:
+            raise EvalConfigError(f"the judge's keys: {error}") from None
 
 
 def check_engine(spec: EvalSpec, harness: ResolvedHarness) -> None:

@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from envs.harness.agent import EnvsForTask, HarnessConfig, run_group
-from envs.harness.engine_client import CompletionEngine, CompletionsClient, EngineRejected
+from envs.harness.agent import AgentSetup, EnvsForTask, run_group
+from envs.harness.engine_client import CompletionsClient, EngineRejected
 from envs.types import ErrorClass, TaskSpec, Trajectory
 from evals.errors import EvalConfigError
 from evals.harnesses import HARNESSES
-from evals.preflight import check_engine, check_first_prompt, load_tokenizer
+from evals.preflight import check_engine, check_first_prompt, check_judge, load_tokenizer
 from evals.records import EvalResult, EvalTimings, Progress, ProgressFn, TrialRecord
 from evals.resolved_harness import ResolvedHarness, resolve_harness
 from evals.run_folder import TRIALS_FILE, TrialLog, prepare_out_dir, write_result
@@ -83,35 +83,29 @@ def plan_eval(spec: EvalSpec) -> EvalPlan:
     return EvalPlan(spec, harness, tasks, finished, todo)
 
 
-def _pass_config(config: HarnessConfig, pass_index: int) -> HarnessConfig:
-    return config if config.seed is None else config.model_copy(update={"seed": config.seed + pass_index})
+def _pass_agent(agent: AgentSetup, pass_index: int) -> AgentSetup:
+    seed = agent.config.seed
+    return agent if seed is None else agent.with_config(seed=seed + pass_index)
 
 
 @dataclass(frozen=True)
 class _Trials:
-    """What every trial of one run shares: the plan, the opened environments, the engine and the tokenizer."""
+    """What every trial of one run shares: the plan, the opened environments, and the agent (engine, tokenizer, the
+    resolved harness settings and the harness's name)."""
 
     plan: EvalPlan
     envs_for: EnvsForTask
-    engine: CompletionEngine
-    tokenizer: Any
+    agent: AgentSetup
 
     async def run(self, task: TaskSpec, pass_index: int) -> tuple[TrialRecord, Trajectory]:
         """One trial, its infra failures re-run at most ``infra_retries`` times."""
-        spec, config = self.plan.spec, self.plan.harness.settings.harness
+        spec, agent = self.plan.spec, _pass_agent(self.agent, pass_index)
         started = time.perf_counter()
         attempts = 0
         while True:
             attempts += 1
             (trajectory,) = await run_group(
-                task,
-                self.envs_for(task),
-                self.engine,
-                self.tokenizer,
-                _pass_config(config, pass_index),
-                group_id=f"{task.task_id}/pass{pass_index}",
-                n=1,
-                harness=spec.harness.value,
+                task, self.envs_for(task), agent, group_id=f"{task.task_id}/pass{pass_index}", n=1
             )
             if trajectory.error_class is not ErrorClass.RETRYABLE_INFRA or attempts > spec.infra_retries:
                 break
@@ -128,7 +122,8 @@ async def _run_trials(plan: EvalPlan, tokenizer: Any, on_record: Callable[[Trial
         engine = await stack.enter_async_context(
             CompletionsClient(spec.engine.base_url, spec.engine.model, timeout_s=spec.engine.timeout_s)
         )
-        trials = _Trials(plan, envs_for, engine, tokenizer)
+        agent = AgentSetup(engine, tokenizer, plan.harness.settings.harness, spec.harness.value)
+        trials = _Trials(plan, envs_for, agent)
 
         async def trial(task: TaskSpec, pass_index: int) -> None:
             async with gate:
@@ -198,7 +193,8 @@ def run_eval(spec: EvalSpec, progress: ProgressFn | None = None, tokenizer: Any 
     started_at, started = datetime.now(UTC), time.perf_counter()
     plan = plan_eval(spec)
     records = list(plan.finished)
-    if plan.todo:
+    if plan.todo:  # the engine before the tokenizer: a model name it does not serve explains a tokenizer that fails
+        check_judge(spec, plan.tasks)
         check_engine(spec, plan.harness)
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.engine)
     if progress:

@@ -19,7 +19,7 @@ from evals.errors import EvalConfigError
 class SourceKind(StrEnum):
     DATA = "data"  # our data folder: <path>/tasks/<split>.jsonl, worlds under <path>/worlds
     JSONL = "jsonl"  # a TaskSpec JSONL file; worlds under ``worlds``
-    APEX = "apex"  # an APEX-Agents file; worlds under ``worlds``
+    APEX = "apex"  # an APEX-Agents release folder (worlds unzipped into ``worlds``), or a rows file + ``worlds``
     HARBOR = "harbor"  # a folder of Harbor task folders; each task folder is its own world
     BUNDLED_TERMINAL = "bundled-terminal"  # the terminal tasks shipped with envs
 
@@ -32,7 +32,9 @@ class TaskSource(BaseModel):
     kind: SourceKind
     path: Path | None = None
     split: Split = Split.HELDOUT
-    worlds: Path | None = Field(None, description="worlds folder for jsonl / apex sources")
+    worlds: Path | None = Field(
+        None, description="worlds folder for jsonl / apex sources (an APEX release: where its worlds are unzipped)"
+    )
     limit: int | None = Field(None, ge=1, description="only the first N tasks (in source order)")
 
     @model_validator(mode="after")
@@ -64,6 +66,27 @@ def _load_data(source: TaskSource) -> list[TaskSpec]:
     return load_tasks(_path(source), (source.split,))
 
 
+APEX_WORLDS_DIR = ".recipe_worlds"
+"""Where an APEX release's worlds are unzipped when the source names no worlds folder (inside the release)."""
+
+
+def _load_apex(source: TaskSource) -> list[TaskSpec]:
+    from envs.apex import load_apex, load_apex_release
+
+    path = _path(source)
+    return load_apex_release(path) if path.is_dir() else load_apex(path)
+
+
+def _apex_worlds(source: TaskSource) -> Path | None:
+    """A release's worlds, unzipped (or found already built) for the tasks loaded; a rows file's worlds folder."""
+    from envs.apex import materialize_worlds
+
+    path = _path(source)
+    if not path.is_dir():
+        return source.worlds
+    return materialize_worlds(path, source.load(), source.worlds or path / APEX_WORLDS_DIR)
+
+
 def _path(source: TaskSource) -> Path:
     assert source.path is not None  # guaranteed by TaskSource's validator
     return source.path
@@ -79,14 +102,14 @@ def _lazy(module: str, name: str) -> Callable[[TaskSource], list[TaskSpec]]:
 _LOADERS: dict[SourceKind, Callable[[TaskSource], list[TaskSpec]]] = {
     SourceKind.DATA: _load_data,
     SourceKind.JSONL: _lazy("envs.loaders", "load_jsonl"),
-    SourceKind.APEX: _lazy("envs.loaders", "load_apex"),
+    SourceKind.APEX: _load_apex,
     SourceKind.HARBOR: _lazy("envs.loaders", "load_harbor_dir"),
     SourceKind.BUNDLED_TERMINAL: _bundled_terminal,
 }
 _WORLDS: dict[SourceKind, Callable[[TaskSource], Path | None]] = {
     SourceKind.DATA: lambda s: _path(s) / "worlds",
     SourceKind.JSONL: lambda s: s.worlds,
-    SourceKind.APEX: lambda s: s.worlds,
+    SourceKind.APEX: _apex_worlds,
     SourceKind.HARBOR: _path,  # load_harbor names each task's world after its folder
     SourceKind.BUNDLED_TERMINAL: lambda s: None,
 }

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.harness.agent import HarnessConfig
+from envs.judge import JudgeConfig
 from evals.sources import TaskSource
 
 
@@ -41,6 +42,24 @@ class EngineSpec(_Spec):
     model: str = Field(min_length=1)
     tokenizer: str | None = Field(None, description="tokenizer folder or hub id; default: the model name")
     timeout_s: float = Field(600.0, gt=0.0)
+
+
+class JudgeSpec(_Spec):
+    """The OpenAI-compatible judge of ``llm_judge`` criteria. Its keys come from the environment variable
+    ``api_key_env`` (none: requests carry no key, as a local judge needs), never from the spec."""
+
+    base_url: str = Field(min_length=1, description="OpenAI-compatible root, e.g. http://host:8000/v1")
+    model: str = Field(min_length=1)
+    api_key_env: str | None = None
+    max_concurrency: int = Field(8, ge=1)
+
+    def config(self) -> JudgeConfig:
+        return JudgeConfig(
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            max_concurrency=self.max_concurrency,
+        )
 
 
 class HarnessOverrides(_Spec):
@@ -80,14 +99,16 @@ class EvalSpec(_Spec):
     )
     infra_retries: int = Field(2, ge=0, description="re-runs of a trial that failed for infra reasons")
     mcp_backend: McpBackend = McpBackend.GATEWAY
+    judge: JudgeSpec | None = Field(None, description="needed when a task has llm_judge criteria")
 
     def identity(self) -> dict[str, Any]:
         """What must match for a rerun to resume this run: what is evaluated and how, not where the results are
         written, where the engine listens (a model served again on another port is the same model) or how many
-        trials run at once."""
-        return self.model_dump(
-            mode="json", exclude={"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
-        )
+        trials run at once; likewise for the judge, only its model counts."""
+        exclude: dict[str, Any] = {"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
+        # Without a judge the key is left out, so folders written before judges existed still resume.
+        exclude["judge"] = True if self.judge is None else {"base_url", "api_key_env", "max_concurrency"}
+        return self.model_dump(mode="json", exclude=exclude)
 
     def policy_candidates(self) -> list[Path]:
         """Where the policy's ``harness.json`` is looked for: ``policy``, else the tokenizer and model folders."""

@@ -29,7 +29,7 @@ from evals.records import EvalResult
 from evals.run_folder import TRAJECTORIES_FILE
 from evals.runner import run_eval
 from evals.sources import SourceKind, TaskSource
-from evals.spec import EngineSpec, EvalSpec, HarnessKind, HarnessOverrides, McpBackend
+from evals.spec import EngineSpec, EvalSpec, HarnessKind, HarnessOverrides, JudgeSpec, McpBackend
 from tasks.artifacts import ProgressArtifact, log
 from tasks.context import StageScope
 from tasks.engine import EngineSettings, policy_endpoint
@@ -51,6 +51,7 @@ class EvalJob:
     engine: EngineSettings
     mcp_backend: McpBackend = McpBackend.IN_PROCESS
     concurrency: int = 32
+    judge: JudgeSpec | None = None
 
     def inputs(self) -> list[Any]:
         """What the eval's trials depend on: its work folder is keyed by these, so a rerun resumes its trials."""
@@ -102,6 +103,7 @@ def evaluate(scope: StageScope, job: EvalJob, out_dir: Path, seed: int) -> EvalR
             harness_config=HarnessOverrides.of(job.settings.harness.model_copy(update={"seed": seed})),
             policy=policy_dir if (policy_dir / HARNESS_FILE).is_file() else None,
             mcp_backend=job.mcp_backend,
+            judge=job.judge,
         )
         key = f"eval-{job.suite}-{job.label}"
         with ProgressArtifact(out_dir.parent.name, key, total=job.passes * len(tasks)) as progress:

@@ -23,7 +23,7 @@ from typing import Annotated, BinaryIO
 from pydantic import Field
 
 from envs.apps.base import ToolError, World, tool
-from envs.sandbox.limits import ResourceLimits, isolate, preexec
+from envs.sandbox.limits import Mount, ResourceLimits, isolate, preexec
 from envs.scratch import scratch_dir
 
 APP = "code_exec"
@@ -101,6 +101,7 @@ def run_limited(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     limits: ResourceLimits | None = None,
+    mounts: Sequence[Mount] = (),
 ) -> ExecResult:
     """Run ``argv`` in ``cwd`` in a new session under ``limits``; after ``timeout_s`` seconds (capped at
     ``limits.wall_s``) of wall-clock time kill its process group.
@@ -111,14 +112,15 @@ def run_limited(
     in that scratch folder, removed afterwards), ``limits.to_env()`` (code it launches stays under them) and ``env``
     on top: nothing of this process's environment (judge keys, tokens) leaks in. The group is killed in every case
     once the main process is done, so background children cannot outlive the call (or hold the output pipes open).
-    Output is capped at ``MAX_OUTPUT_BYTES`` per stream.
+    Output is capped at ``MAX_OUTPUT_BYTES`` per stream. ``mounts`` (host folders at other paths inside, a Harbor
+    task's ``/app``) need bubblewrap: without it the launch raises ``RuntimeError``.
     """
     limits = limits or ResourceLimits.from_env()
     wall_s = min(timeout_s, limits.wall_s)
     with scratch_dir("exec-") as scratch:
         started = time.monotonic()
         process = subprocess.Popen(
-            isolate(argv, cwd, [cwd, Path(scratch)], limits.isolation),
+            isolate(argv, cwd, [cwd, Path(scratch)], limits.isolation, mounts),
             cwd=cwd,
             env=exec_env(Path(scratch)) | limits.to_env() | dict(env or {}),
             stdin=subprocess.DEVNULL,

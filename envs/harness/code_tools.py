@@ -33,7 +33,7 @@ import re
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -46,13 +46,14 @@ from envs.apps.base import check_encodable, describe_validation_error, encodable
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.apps.filesystem import read_text_or_none
 from envs.files import atomic_write_text
+from envs.graders import Judge
 from envs.harness.agent import EnvFactory
 from envs.harness.parsing import ToolCall
 from envs.harness.tools import InProcessSession, ToolOutcome
 from envs.oracle import OracleError, OracleRun, require_oracle, run_oracle
 from envs.paths import PathEscapeError, resolve_inside
 from envs.rollout import copy_envs
-from envs.sandbox.limits import ResourceLimits
+from envs.sandbox.limits import Mount, ResourceLimits
 from envs.types import TaskSpec
 
 __all__ = [
@@ -86,12 +87,21 @@ CODE_READERS: dict[str, str] = {
 # --- bash ------------------------------------------------------------------------------------------------------------
 
 
-def run_bash(command: str, *, cwd: Path, writable: Path, timeout_s: float, limits: ResourceLimits | None) -> ExecResult:
+def run_bash(
+    command: str,
+    *,
+    cwd: Path,
+    writable: Path,
+    timeout_s: float,
+    limits: ResourceLimits | None,
+    mounts: Sequence[Mount] = (),
+) -> ExecResult:
     """``bash -c command`` in ``cwd`` through ``run_limited``, with ``writable`` (which holds ``cwd``) as the only
     writable world folder under bubblewrap and ``run_limited``'s minimal environment.
 
     ``run_limited`` starts the process in the folder it makes writable, so ``env --chdir`` moves it into ``cwd``
-    (the world's ``filesystem/``, while ``../apps_data`` stays visible inside the sandbox).
+    (the world's ``filesystem/``, while ``../apps_data`` stays visible inside the sandbox), or into a path of
+    ``mounts`` (a Harbor task's ``/app``).
     """
     if len(command) > MAX_CODE_CHARS:
         raise ToolError(
@@ -100,8 +110,9 @@ def run_bash(command: str, *, cwd: Path, writable: Path, timeout_s: float, limit
         )
     bash = shutil.which("bash") or "/bin/bash"
     env = shutil.which("env") or "/usr/bin/env"
-    argv = [env, f"--chdir={cwd.resolve()}", bash, "-c", command]
-    return run_limited(argv, writable, timeout_s, limits=limits)
+    # PWD too: bwrap sets it to its own --chdir, which bash trusts while it names the same folder (a bind mount of it)
+    argv = [env, f"--chdir={cwd.resolve()}", f"PWD={cwd.resolve()}", bash, "-c", command]
+    return run_limited(argv, writable, timeout_s, limits=limits, mounts=mounts)
 
 
 # --- arguments -------------------------------------------------------------------------------------------------------
@@ -437,9 +448,12 @@ def _todowrite(session: CodeToolSession, args: TodoWriteArgs) -> str:
 # --- environments ----------------------------------------------------------------------------------------------------
 
 
-def code_only_envs(task: TaskSpec, worlds_root: Path, limits: ResourceLimits | None = None) -> EnvFactory:
-    """Each sample: a private copy of the task's world, the code-only tools over it, graded against the pristine."""
-    return copy_envs(task, worlds_root, lambda copy: CodeToolSession(copy, limits), label="code-only")
+def code_only_envs(
+    task: TaskSpec, worlds_root: Path, limits: ResourceLimits | None = None, judge: Judge | None = None
+) -> EnvFactory:
+    """Each sample: a private copy of the task's world, the code-only tools over it, graded against the pristine
+    (``judge`` decides its ``llm_judge`` criteria)."""
+    return copy_envs(task, worlds_root, lambda copy: CodeToolSession(copy, limits), "code-only", judge)
 
 
 # --- oracle ----------------------------------------------------------------------------------------------------------

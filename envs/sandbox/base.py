@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs.faults import FaultPlan
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import APP_NAMES
 from envs.mcp.variants import BadVariant
@@ -55,13 +56,15 @@ class SandboxOptions:
     """What every sandbox of one provider is like: the apps its gateway serves (default: every app) — the tool listing a
     policy sees is exactly these apps' —, the known-bad tool ``variants`` put in front of them (``envs.mcp.variants``:
     the de-risk stage's proof that it catches them), the resource ``limits`` on the code it runs, its ``timeouts``,
-    and the ``scratch`` folder its world copies live under."""
+    the ``scratch`` folder its world copies live under, and the injected ``faults`` (``envs.faults``: sandbox starts
+    that fail, tool calls in its gateway that hang, crash it, or answer garbage or nothing)."""
 
     apps: Sequence[str] | None = None
     variants: frozenset[BadVariant] = frozenset()
     limits: ResourceLimits = field(default_factory=ResourceLimits.from_env)
     timeouts: SandboxTimeouts = field(default_factory=SandboxTimeouts)
     scratch: Path = DEFAULT_SCRATCH
+    faults: FaultPlan | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.apps or ()) - set(APP_NAMES))

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -187,12 +188,25 @@ HIDDEN_PACKAGE_DIRS = ("terminal_tasks", "taskgen")
 folder (a non-editable install in the venv): the terminal tasks' ``tests/`` and ``solution/``, the task generators."""
 
 
-def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Path]) -> list[str]:
+@dataclass(frozen=True)
+class Mount:
+    """A host folder seen at another path inside the sandbox: a Harbor task's ``/app``, ``/tests``, ``/solution``
+    and ``/logs/verifier`` are folders of its sandbox on the host (``envs.harness.harbor``)."""
+
+    source: Path
+    target: str
+    writable: bool = True
+
+
+def bwrap_argv(
+    bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Path], mounts: Sequence[Mount] = ()
+) -> list[str]:
     """``argv`` under bubblewrap, seeing only what it needs: every namespace unshared (no network), an empty root with
     the system's programs and libraries (``SYSTEM_DIRS``, a few ``SYSTEM_ETC`` files), this interpreter and its venv,
     the app CLI's sources (``APP_CLI_SOURCES``), all read-only; a private /tmp, /dev and /proc; and each ``writable``
-    folder bound read-write. Nothing else of the host exists inside: not the checkout (held-out tasks), not /etc/shadow,
-    not /root, not a terminal task's ``tests/`` or ``solution/``.
+    folder bound read-write, then each of ``mounts`` at its target path (a Harbor task's ``/app``). Nothing else of
+    the host exists inside: not the checkout (held-out tasks), not /etc/shadow, not /root, not a terminal task's
+    ``tests/`` or ``solution/``.
 
     Every capability is dropped, so the code cannot undo the mounts that hide the host; run as root, the code also
     runs as ``nobody`` (``SANDBOX_UID``) in a user namespace, where the kernel allows one (``_user_namespace_works``).
@@ -211,6 +225,11 @@ def bwrap_argv(bwrap: str, argv: Sequence[str], cwd: Path, writable: Sequence[Pa
     sources = [arg for path in _app_cli_sources() for arg in ("--ro-bind", path, path)]
     hidden = [arg for path in _hidden_package_dirs() for arg in ("--tmpfs", path)]
     binds = [arg for path in writable for arg in ("--bind", str(path.resolve()), str(path.resolve()))]
+    binds += [
+        arg
+        for mount in mounts
+        for arg in ("--bind" if mount.writable else "--ro-bind", str(mount.source.resolve()), mount.target)
+    ]
     as_nobody = os.getuid() == 0 and _user_namespace_works(bwrap)
     user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)] if as_nobody else []
     return [
@@ -303,13 +322,19 @@ def usable_bwrap() -> str | None:
     return bwrap
 
 
-def isolate(argv: Sequence[str], cwd: Path, writable: Sequence[Path], isolation: Isolation) -> list[str]:
-    """``argv`` wrapped for ``isolation``; ``bwrap`` raises when bubblewrap cannot run here, ``auto`` falls back."""
-    if isolation is Isolation.NONE:
-        return list(argv)
-    bwrap = usable_bwrap()
+def isolate(
+    argv: Sequence[str], cwd: Path, writable: Sequence[Path], isolation: Isolation, mounts: Sequence[Mount] = ()
+) -> list[str]:
+    """``argv`` wrapped for ``isolation``; ``bwrap`` raises when bubblewrap cannot run here, ``auto`` falls back.
+
+    ``mounts`` need bubblewrap whatever the isolation: code written against their paths cannot run without them.
+    """
+    bwrap = usable_bwrap() if isolation is not Isolation.NONE or mounts else None
     if bwrap is None:
+        if mounts:
+            targets = ", ".join(mount.target for mount in mounts)
+            raise RuntimeError(f"binding {targets} needs bubblewrap, which cannot run here (see log)")
         if isolation is Isolation.BWRAP:
             raise RuntimeError(f"{LIMITS_ENV} asks for isolation 'bwrap' but bubblewrap cannot run here (see log)")
         return list(argv)
-    return bwrap_argv(bwrap, argv, cwd, writable)
+    return bwrap_argv(bwrap, argv, cwd, writable, mounts)

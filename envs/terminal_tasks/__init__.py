@@ -1,5 +1,7 @@
-"""Bundled Harbor-format tasks for the terminal harness (``envs.harness.terminal.bundled_terminal_tasks``).
+"""Bundled Harbor tasks for the terminal harness (``envs.harness.terminal.bundled_terminal_tasks``), in the form
+Harbor itself runs.
 
-Each sub-folder is one task: ``instruction.md``, ``task.toml``, ``environment/`` (the input files), ``tests/test.sh``
-(the verifier, writing reward 1 or 0 to ``${LOGS_DIR:-/logs/verifier}``) and ``solution/solve.sh``.
+Each sub-folder is one task: ``instruction.md``, ``task.toml``, ``environment/Dockerfile`` (``WORKDIR /app`` and
+``COPY`` of the task's input files, which sit beside it), ``tests/test.sh`` (the verifier: reads ``/app``, writes
+reward 1 or 0 to ``/logs/verifier/reward.txt`` or ``reward.json``) and ``solution/solve.sh`` (works in ``/app``).
 """

@@ -5,6 +5,11 @@ recipe envs check    [--data data] [--seed 0] [--transport python|inmemory|stdio
                                                 run every oracle on a private world copy and grade it (through
                                                 the MCP gateway in pooled sandboxes with --transport stdio);
                                                 prints a table per domain and tier, then "oracle solved N/N"
+recipe envs check --tasks harbor:DIR|bundled-terminal [--sandbox local|docker]
+                                                run Harbor's reference agents on every task folder: oracle
+                                                (solution/solve.sh) must score 1, nop 0; prints each task's
+                                                rewards and "valid N/N" (exit 1 when a task is invalid);
+                                                --sandbox docker: in containers built from the tasks' images
 """
 
 from __future__ import annotations
@@ -12,10 +17,16 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from flows.args import non_negative_int, positive_int
+
+if TYPE_CHECKING:
+    from envs.types import TaskSpec
 
 console = Console()
 
@@ -34,8 +45,54 @@ def _envs_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _harbor_tasks(spec: str) -> list[TaskSpec]:
+    from envs.harness.terminal import bundled_terminal_tasks
+    from envs.loaders import load_harbor_dir
+
+    if spec == "bundled-terminal":
+        return bundled_terminal_tasks()
+    kind, _, folder = spec.partition(":")
+    if kind != "harbor" or not folder:
+        raise SystemExit(f"--tasks takes harbor:DIR or bundled-terminal, not {spec!r}")
+    return load_harbor_dir(Path(folder))
+
+
+def _envs_check_harbor(spec: str, sandbox: str) -> int:
+    from envs.check import HarborProvider, check_harbor_tasks
+
+    tasks = _harbor_tasks(spec)
+    with Progress(
+        TextColumn("oracle / nop"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        bar = progress.add_task("harbor", total=len(tasks))
+        results = check_harbor_tasks(tasks, lambda _: progress.advance(bar), HarborProvider(sandbox))
+    elapsed = sum(r.seconds for r in results)
+    table = Table(title=f"Harbor reference agents on {spec} in {sandbox} sandboxes ({elapsed:.1f} s)")
+    for column in ("task", "oracle", "nop", "seconds", "valid"):
+        table.add_column(column)
+    for result in results:
+        verdict = "yes" if result.valid else "[red]INVALID[/red]"
+        table.add_row(
+            result.task_id, f"{result.oracle_reward:g}", f"{result.nop_reward:g}", f"{result.seconds:.2f}", verdict
+        )
+    console.print(table)
+    for failure in (r for r in results if not r.valid):
+        why = (
+            failure.error or f"oracle scored {failure.oracle_reward:g} (needs 1), nop {failure.nop_reward:g} (needs 0)"
+        )
+        console.print(f"[red]INVALID[/red] {failure.task_id}: {why}")
+    valid = sum(r.valid for r in results)
+    print(f"valid {valid}/{len(results)}")
+    return 0 if valid == len(results) else 1
+
+
 def _envs_check(args: argparse.Namespace) -> int:
     import time
+
+    if args.tasks:
+        return _envs_check_harbor(args.tasks, args.sandbox)
+    if args.sandbox != "local":
+        raise SystemExit("--sandbox applies to Harbor tasks (--tasks); the oracle check picks its with --transport")
 
     from envs.build import ensure_environment, load_tasks
     from envs.check import OracleTransport, check_oracles
@@ -75,19 +132,30 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     generate = envs.add_parser("generate", help="write worlds and task sets")
     generate.add_argument("--out", default="data", help="data folder (default: data)")
-    generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--seed", type=non_negative_int, default=0)
     generate.add_argument(
-        "--worlds-per-domain", type=int, default=3, help="world 3 is held out; 1, 2 and 4+ train (default: 3)"
+        "--worlds-per-domain", type=positive_int, default=3, help="world 3 is held out; 1, 2 and 4+ train (default: 3)"
     )
     generate.set_defaults(handler=_envs_generate)
 
     check = envs.add_parser("check", help="run and grade every oracle")
     check.add_argument("--data", default="data", help="data folder; generated when missing (default: data)")
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=non_negative_int, default=0)
     check.add_argument(
         "--transport",
         choices=["python", "inmemory", "stdio"],
         default="python",
         help="python: apps called directly; inmemory / stdio: through the MCP gateway (stdio in pooled sandboxes)",
+    )
+    check.add_argument(
+        "--tasks",
+        default=None,
+        help="harbor:DIR or bundled-terminal: check Harbor task folders with the oracle and nop agents instead",
+    )
+    check.add_argument(
+        "--sandbox",
+        choices=["local", "docker"],
+        default="local",
+        help="with --tasks: local (bubblewrap) or docker (a container from each task's image; default: local)",
     )
     check.set_defaults(handler=_envs_check)

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from envs.apex import apex_domain, load_apex
 from envs.loaders import (
     TaskLoadError,
-    apex_domain,
-    load_apex,
     load_harbor,
     load_harbor_dir,
     load_jsonl,

@@ -15,8 +15,9 @@ from typing import Any
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from envs.apex import load_apex
 from envs.jsonio import MAX_DEPTH, json_line
-from envs.loaders import TaskLoadError, load_apex, load_harbor, load_harbor_dir, load_jsonl, save_jsonl
+from envs.loaders import TaskLoadError, load_harbor, load_harbor_dir, load_jsonl, save_jsonl
 from envs.types import AnswerNumeric, Domain, TaskSpec
 
 DEEP = "[" * 100_000 + "]" * 100_000

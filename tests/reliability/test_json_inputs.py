@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from envs.apex import load_apex
 from envs.graders import grade
 from envs.harness.parsing import parse_turn
 from envs.jsonio import MAX_DEPTH, JsonError, json_line, json_lines, parse_json
-from envs.loaders import TaskLoadError, load_apex, load_harbor, load_jsonl, save_jsonl
+from envs.loaders import TaskLoadError, load_harbor, load_jsonl, save_jsonl
 from envs.types import AnswerNumeric, Domain, TaskSpec, VerifierReward
 from evals.mcq import McqLoadError, load_mcq
 

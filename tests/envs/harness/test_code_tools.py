@@ -13,7 +13,7 @@ import pytest
 from envs.apps.__main__ import main as app_cli
 from envs.build import build_environment, load_tasks
 from envs.graders import grade
-from envs.harness.agent import HarnessConfig, run_group
+from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.harness.code_tools import (
     CodeToolSession,
     app_cli_command,
@@ -264,9 +264,8 @@ def test_code_only_rollout_through_the_agent_loop(environment, scripted, tokeniz
 
     async def go():
         async with CompletionsClient(scripted.url, model, timeout_s=30) as engine:
-            return await run_group(
-                task, code_only_envs(task, worlds), engine, tokenizer, config, group_id="g", n=1, harness="code_only"
-            )
+            agent = AgentSetup(engine, tokenizer, config, harness="code_only")
+            return await run_group(task, code_only_envs(task, worlds), agent, group_id="g", n=1)
 
     [trajectory] = asyncio.run(go())
     assert trajectory.error is None and trajectory.passed and trajectory.reward == 1.0

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from envs.harness.agent import HarnessConfig, run_group
+from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.harness.engine_client import CompletionsClient
+from envs.harness.harbor import create_sandbox
 from envs.harness.terminal import (
+    ReferenceAgent,
     TerminalToolSession,
     bundled_terminal_tasks,
-    create_sandbox,
     grade_terminal,
+    run_reference_agent,
     run_terminal_oracle,
     terminal_envs,
 )
@@ -25,6 +27,9 @@ from envs.types import Domain, TaskSpec, VerifierReward
 from .conftest import Reply
 
 BUNDLED = bundled_terminal_tasks()
+needs_bwrap = pytest.mark.skipif(
+    usable_bwrap() is None, reason="bubblewrap cannot create a sandbox here: Harbor's /app, /tests need its mounts"
+)
 
 
 def harbor_task(root: Path, test_sh: str, toml: str = "", environment: dict[str, str] | None = None) -> TaskSpec:
@@ -44,32 +49,38 @@ def test_at_least_ten_varied_bundled_tasks():
     assert len({task.metadata["category"] for task in BUNDLED}) >= 4
     for task in BUNDLED:
         folder = Path(task.metadata["task_dir"])
-        assert (folder / "environment").is_dir() and (folder / "solution" / "solve.sh").is_file(), task.task_id
-        assert "${LOGS_DIR:-/logs/verifier}" in (folder / "tests" / "test.sh").read_text(), task.task_id
+        assert (folder / "environment" / "Dockerfile").is_file(), task.task_id
+        assert (folder / "solution" / "solve.sh").is_file(), task.task_id
+        test_sh = (folder / "tests" / "test.sh").read_text()
+        assert "/logs/verifier/reward." in test_sh and "cd /app" in test_sh and "LOGS_DIR" not in test_sh, task.task_id
 
 
+@needs_bwrap
 @pytest.mark.parametrize("task", BUNDLED, ids=[task.task_id for task in BUNDLED])
-def test_bundled_task_solution_passes_and_doing_nothing_fails(task, tmp_path):
+def test_bundled_task_solution_passes_and_doing_nothing_fails(task):
     solved = run_terminal_oracle(task)
     assert solved.passed and solved.score == 1.0, solved.criteria
-    untouched = grade_terminal(task, create_sandbox(task, tmp_path / "sandbox"), None)
-    assert not untouched.passed and untouched.criteria[0].detail.startswith("verifier reward 0"), untouched.criteria
+    untouched = run_reference_agent(task, ReferenceAgent.NOP)
+    assert untouched.reward == 0.0 and not untouched.grade.passed, untouched.grade.criteria
+    assert untouched.grade.criteria[0].detail.startswith("verifier reward 0"), untouched.grade.criteria
 
 
+@needs_bwrap
 def test_sandbox_layout_and_bash_tool(tmp_path):
     task = next(t for t in BUNDLED if t.task_id == "dedupe-signups")
     sandbox = create_sandbox(task, tmp_path / "sandbox")
     tools = TerminalToolSession(sandbox)
     assert [spec["name"] for spec in asyncio.run(tools.list_tools())] == ["bash"]
-    out = asyncio.run(tools.call("bash", {"command": "pwd; ls; ls ../tests 2>&1 | head -1"}))
-    assert not out.is_error or "No such file" in out.text
-    assert f"{sandbox.workdir}\nsignups.txt\n" in out.text  # the verifier's tests are not there during the run
+    out = asyncio.run(tools.call("bash", {"command": "pwd; ls; ls /tests /solution /logs 2>&1 | wc -l"}))
+    assert "/app\nDockerfile\nsignups.txt\n" not in out.text  # the build context is not the working folder
+    assert "/app\nsignups.txt\n3\n" in out.text, out.text  # three "No such file": no verifier, solution or logs
     bad = asyncio.run(tools.call("bash", {"cmd": "ls"}))
     assert bad.is_error and "missing argument 'command'" in bad.text and "unknown argument 'cmd'" in bad.text
     with pytest.raises(FileExistsError):
         create_sandbox(task, tmp_path / "sandbox")
 
 
+@needs_bwrap
 def test_a_reward_left_by_the_agent_does_not_count(tmp_path):
     task = next(t for t in BUNDLED if t.task_id == "top-words")
     sandbox = create_sandbox(task, tmp_path / "sandbox")
@@ -79,11 +90,11 @@ def test_a_reward_left_by_the_agent_does_not_count(tmp_path):
     assert "exit_code: 0" in (sandbox.logs / "test-stdout.txt").read_text()
 
 
+@needs_bwrap
 def test_task_without_environment_gets_an_empty_workdir_and_reward_json(tmp_path):
     test_sh = (
-        'LOGS_DIR="${LOGS_DIR:-/logs/verifier}"\n'
-        'if [ -f "$TASK_DIR/done.txt" ]; then r=1; else r=0; fi\n'
-        'echo "{\\"a\\": $r, \\"b\\": 1}" > "$LOGS_DIR/reward.json"\n'
+        "if [ -f /app/done.txt ]; then r=1; else r=0; fi\n"
+        'echo "{\\"a\\": $r, \\"b\\": 1}" > /logs/verifier/reward.json\n'
     )
     task = harbor_task(tmp_path / "task", test_sh)
     sandbox = create_sandbox(task, tmp_path / "sandbox")
@@ -93,8 +104,9 @@ def test_task_without_environment_gets_an_empty_workdir_and_reward_json(tmp_path
     assert grade_terminal(task, sandbox, None).passed
 
 
+@needs_bwrap
 def test_verifier_timeout_gives_no_reward(tmp_path):
-    test_sh = 'sleep 5; echo 1 > "${LOGS_DIR:-/logs/verifier}/reward.txt"\n'
+    test_sh = "sleep 5; echo 1 > /logs/verifier/reward.txt\n"
     task = harbor_task(tmp_path / "task", test_sh, toml="[verifier]\ntimeout_sec = 0.3\n")
     sandbox = create_sandbox(task, tmp_path / "sandbox")
     result = grade_terminal(task, sandbox, None)
@@ -108,14 +120,16 @@ def test_terminal_envs_refuse_a_task_that_is_not_harbor():
         terminal_envs(task)
 
 
-@pytest.mark.skipif(usable_bwrap() is None, reason="bubblewrap cannot create a sandbox here: only rlimits apply")
+@needs_bwrap
 def test_bash_cannot_write_the_verifier_logs_under_bwrap(tmp_path):
     task = BUNDLED[0]
     sandbox = create_sandbox(task, tmp_path / "sandbox")
-    out = asyncio.run(TerminalToolSession(sandbox).call("bash", {"command": "mkdir -p ../logs && echo 1 > ../logs/x"}))
+    command = "mkdir -p /logs/verifier ../logs && echo 1 > /logs/verifier/reward.txt"
+    out = asyncio.run(TerminalToolSession(sandbox).call("bash", {"command": command}))
     assert not (sandbox.root / "logs").exists(), out.text  # outside the workdir only a private tmpfs is writable
 
 
+@needs_bwrap
 def test_terminal_rollout_through_the_agent_loop(scripted, tokenizer):
     task = next(t for t in BUNDLED if t.task_id == "dedupe-signups")
     command = "tr 'A-Z' 'a-z' < signups.txt | awk '!seen[$0]++' > unique_emails.txt && wc -l < unique_emails.txt"
@@ -126,9 +140,8 @@ def test_terminal_rollout_through_the_agent_loop(scripted, tokenizer):
 
     async def go():
         async with CompletionsClient(scripted.url, model, timeout_s=30) as engine:
-            return await run_group(
-                task, terminal_envs(task), engine, tokenizer, config, group_id="g", n=2, harness="terminal"
-            )
+            agent = AgentSetup(engine, tokenizer, config, harness="terminal")
+            return await run_group(task, terminal_envs(task), agent, group_id="g", n=2)
 
     trajectories = asyncio.run(go())
     assert [t.passed for t in trajectories] == [True, True]

@@ -1,5 +1,6 @@
 #!/bin/bash
 set -euo pipefail
+cd /app
 {
     echo "country,revenue"
     awk -F, 'NR == FNR { if (FNR > 1) country[$1] = $3; next }

@@ -1,10 +1,8 @@
 #!/bin/bash
 # Verifier: stats.median is right for odd and even lengths and stats.mean still works.
-# Harbor mounts the task at /app and the logs at /logs/verifier; rl-recipe passes TASK_DIR and LOGS_DIR instead.
-TASK_DIR="${TASK_DIR:-/app}"
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-mkdir -p "$LOGS_DIR"
-cd "$TASK_DIR" || { echo 0 > "$LOGS_DIR/reward.txt"; exit 0; }
+# Harbor runs this after the agent: its work is in /app, the reward goes to /logs/verifier.
+mkdir -p /logs/verifier
+cd /app || { echo 0 > /logs/verifier/reward.txt; exit 0; }
 if python3 - <<'EOF'
 import sys
 sys.path.insert(0, ".")
@@ -16,7 +14,7 @@ assert median([7]) == 7
 assert mean([1, 2, 3]) == 2
 EOF
 then
-    echo '{"reward": 1}' > "$LOGS_DIR/reward.json"
+    echo '{"reward": 1}' > /logs/verifier/reward.json
 else
-    echo '{"reward": 0}' > "$LOGS_DIR/reward.json"
+    echo '{"reward": 0}' > /logs/verifier/reward.json
 fi

@@ -1,5 +1,6 @@
 #!/bin/bash
 set -euo pipefail
+cd /app
 python3 - <<'EOF'
 import json
 

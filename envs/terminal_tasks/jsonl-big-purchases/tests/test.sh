@@ -1,11 +1,9 @@
 #!/bin/bash
 # Verifier: big_purchases.json lists the purchases over 100 (two checks, averaged).
-# Harbor mounts the task at /app and the logs at /logs/verifier; rl-recipe passes TASK_DIR and LOGS_DIR instead.
-TASK_DIR="${TASK_DIR:-/app}"
-LOGS_DIR="${LOGS_DIR:-/logs/verifier}"
-mkdir -p "$LOGS_DIR"
-cd "$TASK_DIR" || { echo 0 > "$LOGS_DIR/reward.txt"; exit 0; }
-python3 - "$LOGS_DIR/reward.json" <<'EOF'
+# Harbor runs this after the agent: its work is in /app, the reward goes to /logs/verifier.
+mkdir -p /logs/verifier
+cd /app || { echo 0 > /logs/verifier/reward.txt; exit 0; }
+python3 - /logs/verifier/reward.json <<'EOF'
 import json
 import sys
 from pathlib import Path

@@ -1,5 +1,6 @@
 #!/bin/bash
 set -euo pipefail
+cd /app
 cd photos
 for file in *; do
     case "${file,,}" in

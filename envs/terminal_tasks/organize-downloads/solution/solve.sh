@@ -1,5 +1,6 @@
 #!/bin/bash
 set -euo pipefail
+cd /app
 shopt -s nullglob
 cd downloads
 mkdir -p docs data images
