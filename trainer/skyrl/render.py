@@ -258,7 +258,7 @@ def _cadence_and_storage(run: SkyRLRun) -> dict[str, Any]:
         "trainer.logger": "console",
         "trainer.project_name": PROJECT,
         "trainer.run_name": run.name,
-        # Our task sets exported as parquet where every node reads them (written by the generator integration).
+        # Our task sets as parquet where every node reads them (written by the entry point, trainer.skyrl.main).
         "data.train_data": [f"{storage}/data/train.parquet"],
         "data.val_data": [f"{storage}/data/heldout.parquet"],
     }

@@ -39,8 +39,9 @@ def _lookup(node: Any, key: str) -> Any:
     return node
 
 
-def check(lines: list[str]) -> dict[str, Any]:
-    from omegaconf import OmegaConf
+def recipe_config_class() -> type:
+    """SkyRL's ``SkyRLTrainConfig`` extended as our entry point (``trainer.skyrl.main``) runs it: the generator config
+    declares SkyRL's ``RateLimiterConfig`` as ``rate_limit``, the top level our ``rl_recipe`` section."""
     from skyrl.train.config.config import GeneratorConfig, SkyRLTrainConfig
     from skyrl.train.utils.rate_limiter import RateLimiterConfig
 
@@ -53,9 +54,15 @@ def check(lines: list[str]) -> dict[str, Any]:
         generator: RecipeGeneratorConfig = dataclasses.field(default_factory=RecipeGeneratorConfig)
         rl_recipe: dict = dataclasses.field(default_factory=dict)
 
+    return RecipeSkyRLConfig
+
+
+def check(lines: list[str]) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
     report: dict[str, Any] = {"skyrl": version("skyrl"), "python": sys.version.split()[0], "keys": len(lines)}
     try:
-        cfg = RecipeSkyRLConfig.from_cli_overrides(lines)
+        cfg = recipe_config_class().from_cli_overrides(lines)
     except (AssertionError, ValueError, TypeError) as error:  # an unknown key, a bad value, a broken rule
         return report | {"built": f"failed: {type(error).__name__}: {error}", "readback_mismatches": []}
     report["built"] = "passed"

@@ -33,7 +33,7 @@ from trainer.skyrl.metrics import metric_blocks, train_step_rows
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRY_RUN_MODULE = "trainer.skyrl.dryrun"
 ENTRY_MODULE = "trainer.skyrl.main"
-"""The real run's entry point: SkyRL's fully-async trainer with our harness as its generator (not built yet)."""
+"""The real run's entry point: SkyRL's fully-async trainer with our harness as its generator (``generator``)."""
 EXCLUDES = [".git", ".venv*", "data/", "runs/", "models/", ".prefect/", "**/__pycache__", ".pytest_cache/"]
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 T = TypeVar("T")

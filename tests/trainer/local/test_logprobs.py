@@ -1,12 +1,14 @@
-"""Packed (and padded) per-token log-probs and entropies equal a plain per-sequence transformers forward."""
+"""Packed (and padded) per-token log-probs, entropies and gradients equal a plain per-sequence transformers forward."""
 
 import math
 from types import SimpleNamespace
 
 import pytest
 import torch
+import transformers
 
-from trainer.local.logprobs import Layout, block_causal_mask, token_stats
+from trainer.local.logprobs import Layout, token_stats
+from trainer.local.packed_attention import PER_SEQUENCE_SDPA, per_sequence_sdpa, sequence_bounds
 
 LENGTHS = [5, 17, 1, 9, 2]
 
@@ -53,17 +55,48 @@ def test_packed_logprobs_carry_gradients(model):
     assert not stats.entropy_SL.requires_grad
 
 
-def test_block_causal_mask_by_hand():
-    mask = block_causal_mask(torch.tensor([2, 1, 2]), torch.float32)[0, 0]
-    allowed = [
-        [1, 0, 0, 0, 0],
-        [1, 1, 0, 0, 0],
-        [0, 0, 1, 0, 0],
-        [0, 0, 0, 1, 0],
-        [0, 0, 0, 1, 1],
-    ]
-    assert torch.equal(mask == 0, torch.tensor(allowed, dtype=torch.bool))
-    assert mask.min() == torch.finfo(torch.float32).min
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_and_padded_gradients_equal_unpacked_ones(model, attention):
+    """The loss Σ log π over every sequence has the same gradient whichever way the micro-batch is laid out."""
+    model.config._attn_implementation = attention
+    tokens_SL, lengths_S = padded_tokens(LENGTHS, model.config.vocab_size)
+
+    def gradients(loss_fn) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    def unpacked_loss() -> torch.Tensor:
+        return sum(
+            token_stats(model, tokens_SL[s : s + 1, :length], lengths_S[s : s + 1], Layout.PADDED).logprobs_SL.sum()
+            for s, length in enumerate(LENGTHS)
+        )
+
+    reference = gradients(unpacked_loss)
+    for layout in Layout:
+        grads = gradients(lambda layout=layout: token_stats(model, tokens_SL, lengths_S, layout).logprobs_SL.sum())
+        worst = max(float((g - r).abs().max()) for g, r in zip(grads, reference, strict=True))
+        assert worst < 1e-5, (layout, worst)
+    assert model.config._attn_implementation == attention  # the packed forward restored the model's own attention
+
+
+def test_sequence_bounds_by_hand():
+    assert sequence_bounds(torch.tensor([2, 1, 2])).tolist() == [0, 2, 3, 5]
+    assert sequence_bounds(torch.tensor([2, 1, 2])).dtype == torch.int32
+
+
+def test_packed_forward_builds_no_dense_mask(model, monkeypatch):
+    """Per-sequence attention gets no mask and the boundaries of every sequence in every layer."""
+    calls = []
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        calls.append((attention_mask, kwargs["cu_seq_lens_q"].tolist()))
+        return per_sequence_sdpa(module, query, key, value, attention_mask, **kwargs)
+
+    monkeypatch.setitem(transformers.AttentionInterface._global_mapping, PER_SEQUENCE_SDPA, spy)
+    tokens_SL, lengths_S = padded_tokens([2, 1, 2], model.config.vocab_size)
+    token_stats(model, tokens_SL, lengths_S)
+    assert calls == [(None, [0, 2, 3, 5])] * model.config.num_hidden_layers
 
 
 def test_bad_inputs_are_named(model):

@@ -1,0 +1,77 @@
+"""Per-sequence attention over a packed row: causal SDPA on each sequence's slice, so the cost is Σ len², not N².
+
+A packed row holds S sequences back to back (N = Σ len tokens). A dense block-diagonal N×N mask would make every
+layer compute and mask all N² query-key scores, most of them across sequences; on the tiny default model that made
+packing slower than padding. Instead the packed forward passes the sequence boundaries as ``cu_seq_lens_q``
+(transformers' variable-length keyword: 0, len_0, len_0 + len_1, …, N) and runs the model under the attention
+implementation registered here, which calls transformers' own ``sdpa_attention_forward`` once per sequence with a
+plain causal mask (GQA, scaling and dropout handled there). It is not in transformers' mask registry, so the model
+builds no mask at all for it.
+
+    with per_sequence_attention(model):
+        logits = model(input_ids=ids_1N, position_ids=positions_1N, cu_seq_lens_q=bounds, use_cache=False).logits
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import pairwise
+
+import torch
+from torch import Tensor, nn
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+PER_SEQUENCE_SDPA = "per_sequence_sdpa"
+# The implementations per-sequence SDPA reproduces (same math); flash kernels have their own varlen path.
+SDPA_EQUIVALENT = frozenset({"eager", "sdpa"})
+
+
+def per_sequence_sdpa(
+    module: nn.Module,
+    query_1HNd: Tensor,
+    key_1KNd: Tensor,
+    value_1KNd: Tensor,
+    attention_mask: Tensor | None,
+    cu_seq_lens_q: Tensor | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """Causal SDPA within each sequence ``cu_seq_lens_q[s] : cu_seq_lens_q[s + 1]`` of the packed row; (1, N, H, d)."""
+    if cu_seq_lens_q is None or attention_mask is not None:
+        raise ValueError(f"{PER_SEQUENCE_SDPA} needs the packed row's cu_seq_lens_q and no attention mask")
+    outputs = [
+        sdpa_attention_forward(
+            module, query_1HNd[:, :, a:b], key_1KNd[:, :, a:b], value_1KNd[:, :, a:b], None, is_causal=True, **kwargs
+        )[0]
+        for a, b in pairwise(cu_seq_lens_q.tolist())
+    ]
+    return torch.cat(outputs, dim=1), None
+
+
+AttentionInterface.register(PER_SEQUENCE_SDPA, per_sequence_sdpa)
+
+
+def sequence_bounds(lengths_S: Tensor) -> Tensor:
+    """cu_seq_lens: (S + 1,) int32 offsets 0, len_0, len_0 + len_1, …, Σ len."""
+    return torch.nn.functional.pad(lengths_S.cumsum(0), (1, 0)).to(torch.int32)
+
+
+@contextmanager
+def per_sequence_attention(model: PreTrainedModel) -> Iterator[None]:
+    """Run ``model``'s forwards inside under per-sequence SDPA, then restore its own attention implementation.
+
+    Only the forward reads the implementation; the backward replays the recorded graph, so it may run after exit.
+    """
+    own = model.config._attn_implementation
+    if own not in SDPA_EQUIVALENT:
+        raise ValueError(
+            f"the packed layout runs per-sequence SDPA in place of the model's attention, which matches only "
+            f"{sorted(SDPA_EQUIVALENT)}; the model uses {own!r}: use layout 'padded' or load the model with "
+            f"attn_implementation='sdpa'"
+        )
+    model.config._attn_implementation = PER_SEQUENCE_SDPA
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = own
