@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # requirements.lock pins every package to the version CI tested; pyproject.toml keeps the floors.
 LOCK := -c requirements.lock
 
-.PHONY: install demo test test-slow test-browser test-cluster bench learn lint lock clean test-vllm
+.PHONY: install demo test test-slow test-browser test-cluster bench learn lint lock clean test-vllm chaos docker-base test-docker
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -42,6 +42,21 @@ test-browser: install
 	$(PIP) install -q $(LOCK) -e ".[browser]" "$(TORCH_PIN)"
 	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py
 
+# The docker sandbox provider on a real daemon. docker-base starts dockerd if none answers (as root: no bridge, no
+# iptables, data root /var/lib/rl-recipe-docker, socket /var/run/docker.sock, log /var/log/rl-recipe-dockerd.log) and
+# builds the images with no registry: a debootstrap'd Debian base from apt's mirror (rl-recipe-base:bookworm, what
+# Harbor task images build FROM) and docker/gateway.Dockerfile on it, its wheels downloaded on the host
+# (REBUILD=1 rebuilds both). test-docker runs the provider's tests against it: every container has networking off.
+docker-base test-docker: export DOCKER_HOST ?= unix:///var/run/docker.sock
+docker-base: install
+	docker/dockerd.sh
+	PIP="$(PY) -m pip" docker/build.sh
+
+test-docker: docker-base
+	@# -m "": the daemon tests and the no-daemon / no-SDK error tests beside them.
+	$(PY) -m pytest -m "" tests/envs/sandbox/test_docker.py tests/envs/sandbox/test_docker_daemon.py \
+		tests/envs/harness/test_harbor_docker.py
+
 # The cluster hand-off without a cluster: the rendered SkyRL overrides against SkyRL 0.3.0's own config classes, and
 # `recipe cluster submit --dry-run` as a Ray Job on a local Ray head with its dashboard. .venv-cluster holds SkyRL
 # (without its GPU dependencies) and ray[default]'s dashboard packages; everything else comes from .venv via a .pth.
@@ -56,6 +71,14 @@ $(CLUSTER_VENV)/.installed: $(STAMP)
 test-cluster: $(CLUSTER_VENV)/.installed
 	RECIPE_SKYRL_PYTHON=$(CLUSTER_VENV)/bin/python $(PY) -m pytest -m slow tests/trainer/skyrl/test_skyrl_schema.py
 	$(CLUSTER_VENV)/bin/python -m pytest -m integration tests/integration/test_skyrl_ray_jobs.py
+	$(CLUSTER_VENV)/bin/python -m pytest tests/trainer/skyrl/test_generator.py
+
+# The chaos run (README "Reliability"): the smoke profile through the hero stage with 20 % injected infra faults
+# (tool hangs / crashes / garbage / empty answers, sandbox starts, engine drops / 500s / stalls in-process and over
+# HTTP, crashes of group generation in both loops); every stage must report faults, lose no rollout and pass; prints
+# the figures by kind from each stage's faults.json. `make test` runs the short version (de-risk → systems, 10 %).
+chaos: install
+	RL_RECIPE_CHAOS_STAGE=hero RL_RECIPE_CHAOS_RATE=0.2 $(PY) -m pytest -m integration -s -q tests/reliability/test_chaos.py
 
 bench: install
 	$(PY) -m benchmarks
