@@ -44,6 +44,11 @@ class EngineSpec(_Spec):
     timeout_s: float = Field(600.0, gt=0.0)
 
 
+SEEDING = "per-task-pass"
+"""How trial seeds are derived (``evals.runner.trial_seed``); part of an eval's identity, so a rerun never resumes
+trials sampled under another scheme."""
+
+
 class JudgeSpec(_Spec):
     """The OpenAI-compatible judge of ``llm_judge`` criteria. Its keys come from the environment variable
     ``api_key_env`` (none: requests carry no key, as a local judge needs), never from the spec."""
@@ -108,7 +113,7 @@ class EvalSpec(_Spec):
         exclude: dict[str, Any] = {"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
         # Without a judge the key is left out, so folders written before judges existed still resume.
         exclude["judge"] = True if self.judge is None else {"base_url", "api_key_env", "max_concurrency"}
-        return self.model_dump(mode="json", exclude=exclude)
+        return self.model_dump(mode="json", exclude=exclude) | {"seeding": SEEDING}
 
     def policy_candidates(self) -> list[Path]:
         """Where the policy's ``harness.json`` is looked for: ``policy``, else the tokenizer and model folders."""

@@ -29,7 +29,7 @@ from evals.records import EvalResult
 from evals.run_folder import TRAJECTORIES_FILE
 from evals.runner import run_eval
 from evals.sources import SourceKind, TaskSource
-from evals.spec import EngineSpec, EvalSpec, HarnessKind, HarnessOverrides, JudgeSpec, McpBackend
+from evals.spec import SEEDING, EngineSpec, EvalSpec, HarnessKind, HarnessOverrides, JudgeSpec, McpBackend
 from tasks.artifacts import ProgressArtifact, log
 from tasks.context import StageScope
 from tasks.engine import EngineSettings, policy_endpoint
@@ -56,7 +56,8 @@ class EvalJob:
     def inputs(self) -> list[Any]:
         """What the eval's trials depend on: its work folder is keyed by these, so a rerun resumes its trials."""
         tasks = [t.task_id for t in self.tasks or []]
-        return [str(self.policy_dir), tasks, str(self.harness), self.passes, self.settings.model_dump(mode="json")]
+        settings = self.settings.model_dump(mode="json")
+        return [str(self.policy_dir), tasks, str(self.harness), self.passes, settings, SEEDING]
 
 
 def _record(scope: StageScope, job: EvalJob, result: EvalResult, tasks: Sequence[TaskSpec]) -> None:

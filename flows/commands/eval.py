@@ -213,7 +213,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--max-turns", type=positive_int)
     run.add_argument("--max-tokens-per-turn", type=positive_int)
     run.add_argument("--context-budget", type=positive_int, help="context budget in tokens (prompt + all turns)")
-    run.add_argument("--seed", type=non_negative_int, help="sampling seed (pass p uses seed + p)")
+    run.add_argument(
+        "--seed", type=non_negative_int, help="sampling seed (each task and pass draws its own seed from it)"
+    )
     run.add_argument("--infra-retries", type=non_negative_int, default=2)
     run.add_argument("--mcp-backend", choices=["gateway", "in_process"], default="gateway")
     run.add_argument("--judge-url", help="OpenAI-compatible judge for llm_judge criteria, e.g. http://host:8000/v1")
