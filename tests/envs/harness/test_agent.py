@@ -143,8 +143,9 @@ def test_per_turn_length_and_context_budget(scripted, tokenizer, world):
 
 
 def test_slow_engine_hits_the_agent_timeout(scripted, tokenizer, world):
-    config = CONFIG.model_copy(update={"agent_timeout_s": 0.3})
-    traj = rollout(scripted, tokenizer, world, [Reply(READ_Q1), Reply(ANSWER, delay_s=2.0)], config)
+    # The first turn (no delay) must finish inside the timeout even on busy cores: 0.3 s did not, under a parallel run.
+    config = CONFIG.model_copy(update={"agent_timeout_s": 1.5})
+    traj = rollout(scripted, tokenizer, world, [Reply(READ_Q1), Reply(ANSWER, delay_s=4.0)], config)
     assert (traj.stop_reason, traj.error_class) == (StopReason.TIMEOUT, ErrorClass.MODEL)
     assert len(traj.turns) == 1 and len(traj.tool_calls) == 1 and traj.final_answer is None
 
