@@ -12,12 +12,11 @@ token spans, and a turn's several tool results share one observation (their boun
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.files import atomic_write_text
+from envs.files import atomic_write_json
 from envs.types import Trajectory
 from evals.run_folder import TRAJECTORIES_FILE, read_trajectories
 
@@ -103,6 +102,6 @@ def export_atif(run_dir: Path, out_dir: Path, decode: Decode, model: str) -> lis
     for pass_index, attempts, trajectory in read_trajectories(run_dir / TRAJECTORIES_FILE):
         document = to_atif(trajectory, decode, model, {"pass_index": pass_index, "attempts": attempts})
         path = out_dir / trial_folder(trajectory.task_id, pass_index) / "agent" / "trajectory.json"
-        atomic_write_text(path, json.dumps(document, indent=2, ensure_ascii=False))
+        atomic_write_json(path, document)
         written.append(path)
     return written

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from envs.files import atomic_write_text
+from envs.files import atomic_write_json, atomic_write_text
 from envs.jsonio import json_line
 from envs.types import Trajectory
 from evals.errors import EvalConfigError, EvalFolderError
@@ -108,7 +108,7 @@ def prepare_out_dir(spec: EvalSpec, harness: ResolvedHarness) -> list[TrialRecor
                 "delete it"
             )
     else:
-        atomic_write_text(spec_path, json.dumps(identity, indent=2))
+        atomic_write_json(spec_path, identity)
     trials_path = out / TRIALS_FILE
     _truncate_to_complete(trials_path)
     finished = read_trials(trials_path)

@@ -11,12 +11,11 @@ group holds as many rollouts as its largest sibling group (none went missing hal
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from envs.faults import INJECTED, RETRIED, read_fault_log
-from envs.files import atomic_write_text
+from envs.files import atomic_write_json
 from tasks.catalog import Catalog
 
 FAULT_LOG = "faults.jsonl"
@@ -58,5 +57,5 @@ def fault_report(catalog: Catalog, stage: str, folder: Path) -> dict[str, Any]:
 
 def write_fault_report(catalog: Catalog, stage: str, folder: Path) -> dict[str, Any]:
     report = fault_report(catalog, stage, folder)
-    atomic_write_text(folder / FAULT_REPORT, json.dumps(report, indent=2) + "\n")
+    atomic_write_json(folder / FAULT_REPORT, report)
     return report
