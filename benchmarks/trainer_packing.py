@@ -109,7 +109,8 @@ def trajectories_of(lengths: list[int], prompt_len: int, vocab: int, seed: int) 
 def packed_vs_padded_logprobs(model: torch.nn.Module, batch: TrainBatch, token_budget: int) -> float:
     """max |log π packed − log π padded| over the first packed micro-batch."""
     micro = batch.micro_batches(token_budget, Layout.PACKED)[0]
-    tokens_SL, lengths_S = micro.take(batch.tokens_BT), batch.lengths_B[micro.rows_S]
+    device = next(model.parameters()).device
+    tokens_SL, lengths_S = micro.take(batch.tokens_BT).to(device), batch.lengths_B[micro.rows_S].to(device)
     with torch.no_grad():
         packed, padded = (token_stats(model, tokens_SL, lengths_S, layout).logprobs_SL for layout in Layout)
     return float((packed - padded).abs().max())
@@ -163,20 +164,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="e.g. cuda (CPU seconds then measure only the host side)")
+    parser.add_argument("--dtype", choices=["float32", "bf16"], default="float32")
     args = parser.parse_args()
     if args.min_len is not None and not 2 <= args.min_len <= args.max_len:
         parser.error(f"need 2 ≤ --min-len ≤ --max-len, got {args.min_len} and {args.max_len}")
 
     torch.set_num_threads(args.threads)
     spec = TinyModelSpec(layers=args.layers, hidden=args.hidden, heads=args.heads, intermediate=args.intermediate)
-    model = build_tiny_model(spec, args.vocab, {"<|endoftext|>": 0, "<|im_end|>": 1})
+    model = build_tiny_model(spec, args.vocab, {"<|endoftext|>": 0, "<|im_end|>": 1}).to(
+        device=args.device, dtype=torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    )
     trajectories = trajectories_of(batch_lengths(args), args.prompt_len, args.vocab, args.seed)
     batch = TrainBatch.from_trajectories(trajectories, AlgorithmConfig())
     lengths = batch.lengths_B.tolist()
     print(
         f"{len(lengths)} trajectories, {sum(lengths)} tokens (lengths {min(lengths)}..{max(lengths)}, median "
         f"{int(np.median(lengths))}), token budget {args.token_budget}, model {args.layers}x{args.hidden} "
-        f"(MLP {args.intermediate}), {args.threads} thread(s)"
+        f"(MLP {args.intermediate}), {args.threads} thread(s), {args.device} {args.dtype}"
     )
     print(f"log-probs packed vs padded: max |Δ| {packed_vs_padded_logprobs(model, batch, args.token_budget):.1e}")
 
