@@ -29,9 +29,10 @@ requests freeze with their KV cache and continue on the new weights). Rules:
 * resume: a checkpoint stores ``{"next": next stream position, "pending": positions started but not trained or
   dropped}``; a resumed run re-generates the pending positions first, so no task of the stream is skipped.
 
-Runtime: the loop (``run_async``) only sees the ``Runtime`` protocol; ``trainer.loops.in_process`` (engine + trainer
-here, training in a worker thread) and ``trainer.loops.ray_runtime`` (engine and trainer as Ray actors) implement it,
-and ``trainer.loops.runtimes.run_async_loop`` picks one by ``AsyncLoopConfig.runtime``.
+Runtime: the loop (``run_async``) only sees the ``Runtime`` protocol; ``trainer.loops.in_process`` (engine here, the
+trainer in a worker thread or, through ``subprocess_runtime``, in a child process) and ``trainer.loops.ray_runtime``
+(engine and trainer as Ray actors) implement it, and ``trainer.loops.runtimes.run_async_loop`` picks one by
+``AsyncLoopConfig.runtime``.
 
     history = run_async_loop(LoopJob(policy_dir, tasks, worlds_root, out_dir), AsyncLoopConfig(workers=8))
 """
@@ -66,7 +67,11 @@ MAX_REQUEUES = 3
 
 class RuntimeKind(StrEnum):
     ASYNCIO = "asyncio"
+    """Engine, harness and trainer in this process (the trainer in a worker thread)."""
+    SUBPROCESS = "subprocess"
+    """Engine and harness in this process, the trainer in a child process (no shared interpreter lock)."""
     RAY = "ray"
+    """Engine (with the harness) and trainer as two Ray actors."""
 
 
 class AsyncLoopConfig(LoopConfig):

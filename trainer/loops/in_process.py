@@ -1,34 +1,50 @@
-"""The fully-async loop's in-process ``Runtime``: the engine and the trainer in this process, generation on the
-engine's thread and ``train_step`` in a worker thread (``run_in_process``); with ``AsyncLoopConfig.faults`` on, the
-engine's completions go through the fault injector (``envs.faults``)."""
+"""The fully-async loop's ``Runtime`` with the engine, the harness and the tool sessions in this process: generation on
+the engine's thread, the trainer behind a ``TrainerHandle`` — a ``TrainerService`` here (``run_in_process``, its
+blocking calls in a worker thread) or one in a child process (``subprocess_runtime``). With ``AsyncLoopConfig.faults``
+on, the engine's completions go through the fault injector (``envs.faults``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import JsonValue
+from torch import Tensor
 
 from envs.types import TaskSpec, Trajectory
-from trainer.local import StepMetrics, TrainBatch
+from trainer.engine import Engine
+from trainer.local import CheckpointInfo, StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
-from trainer.loops.policy import LoopCheckpoints, Policy, open_policy
+from trainer.loops.policy import engine_weights, open_engine
+from trainer.loops.trainer_service import TrainerService
+
+
+class TrainerHandle(Protocol):
+    """What the loop needs of its trainer (blocking calls)."""
+
+    def train(self, trajectories: list[Trajectory]) -> StepMetrics: ...
+
+    def state_dict_for_engine(self) -> dict[str, Tensor]: ...
+
+    def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None: ...
 
 
 class InProcessRuntime:
-    """``async_loop.Runtime`` over an open ``Policy`` and the selected tasks."""
+    """``async_loop.Runtime`` over an engine here, the selected tasks and a ``TrainerHandle``."""
 
-    def __init__(self, policy: Policy, job: LoopJob, tasks: Sequence[TaskSpec], config: AsyncLoopConfig) -> None:
-        self.policy, self.tasks, self.config = policy, tasks, config
+    def __init__(
+        self, engine: Engine, trainer: TrainerHandle, job: LoopJob, tasks: Sequence[TaskSpec], config: AsyncLoopConfig
+    ) -> None:
+        self.trainer, self.tasks, self.config = trainer, tasks, config
         faults = config.faults.injector("engine") if config.faults else None
-        self.client = InProcessEngine(policy.engine, faults)
-        self.rollouts = config.rollouts(job.envs(config.apps), self.client, policy.tokenizer)
-        self.checkpoints: LoopCheckpoints = config.checkpoints(job.out_dir, "async")
-        self.version_offset = policy.resumed.step if policy.resumed else 0
+        self.client = InProcessEngine(engine, faults)
+        self.rollouts = config.rollouts(job.envs(config.apps), self.client, engine.tokenizer)
+        self.version_offset = 0
 
     async def generate(self, position: int) -> list[Trajectory]:
         """Every rollout of the group, infra failures included: the loop records them and trains on the rest."""
@@ -36,27 +52,33 @@ class InProcessRuntime:
         return await self.rollouts.run(task, position, self.config.samples_per_prompt)
 
     async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
-        batch = TrainBatch.from_trajectories(trajectories, self.config.trainer.algorithm)
-        return await asyncio.to_thread(self.policy.trainer.train_step, batch)
+        return await asyncio.to_thread(self.trainer.train, trajectories)
 
     async def push(self) -> int:
-        return await push_weights(self.client, self.policy.trainer)
+        return await push_weights(self.client, self.trainer)
 
     async def evaluate(self) -> tuple[float, float]:
         return await evaluate_reward(self.rollouts, self.tasks[: self.config.eval_tasks], self.config.eval_samples)
 
     async def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
-        trainer, tokenizer = self.policy.trainer, self.policy.tokenizer
-        await asyncio.to_thread(self.checkpoints.save, trainer, tokenizer, step, cursor)
+        await asyncio.to_thread(self.trainer.checkpoint, step, cursor)
+
+
+def run_with_trainer(
+    job: LoopJob, config: AsyncLoopConfig, trainer: TrainerHandle, resumed: CheckpointInfo | None
+) -> LoopHistory:
+    """The loop over an engine opened here on the weights ``trainer`` resumed from (``resumed``: its checkpoint)."""
+    engine = open_engine(engine_weights(job.policy_dir, resumed), config.engine_config())
+    try:
+        runtime = InProcessRuntime(engine, trainer, job, config.tasks.select(job.tasks), config)
+        runtime.version_offset = resumed.step if resumed else 0
+        start = AsyncStart.resume(resumed, job.out_dir)
+        return asyncio.run(run_async(runtime, config, start, job.out_dir, job.hooks))
+    finally:
+        engine.close()
 
 
 def run_in_process(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
-    """Run (or resume from ``job.out_dir``'s newest checkpoint) the fully-async loop in this process."""
-    selected = config.tasks.select(job.tasks)
-    policy = open_policy(job.policy_dir, config.trainer, job.out_dir, config.engine_config())
-    try:
-        runtime = InProcessRuntime(policy, job, selected, config)
-        start = AsyncStart.resume(policy.resumed, job.out_dir)
-        return asyncio.run(run_async(runtime, config, start, job.out_dir, job.hooks))
-    finally:
-        policy.close()
+    """Run (or resume from ``job.out_dir``'s newest checkpoint) the fully-async loop, the trainer in this process."""
+    service = TrainerService(job.policy_dir, job.out_dir, config)
+    return run_with_trainer(job, config, service, service.resumed)

@@ -6,7 +6,8 @@ The driver keeps the loop's rules (``async_loop.run_async``: admission, buffer, 
 * ``RolloutActor`` (async actor: many groups generate concurrently on its event loop) owns the ``Engine`` and runs
   ``Rollouts.at``; it also serves pause / update_weights / resume, so a push is the same ``push_weights`` as in
   process — the new weights travel as one object-store reference from the trainer actor to the rollout actor.
-* ``TrainerActor`` owns the ``LocalTrainer`` and writes the checkpoints.
+* the trainer actor is a ``TrainerService`` (``trainer_service``): it owns the ``LocalTrainer`` and writes the
+  checkpoints.
 
 Locally ``ray.init(num_cpus=2)`` (``RAY_AUTH_MODE=disabled`` is set when unset); ``AsyncLoopConfig.ray_address``
 joins a cluster instead. Actors ask for no CPUs: the two share the machine with the driver as threads would.
@@ -24,13 +25,14 @@ from torch import Tensor
 
 from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec, Trajectory
-from trainer.local import CheckpointInfo, StepMetrics, TrainBatch
+from trainer.local import StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
-from trainer.loops.policy import engine_weights, open_engine, open_trainer
+from trainer.loops.policy import engine_weights, open_engine
+from trainer.loops.trainer_service import TrainerService
 
 
 class RolloutActor:
@@ -59,25 +61,6 @@ class RolloutActor:
 
     def close(self) -> None:
         self.client.engine.close()
-
-
-class TrainerActor:
-    def __init__(self, policy_dir: Path, out_dir: Path, config: AsyncLoopConfig) -> None:
-        self.trainer, self.tokenizer, resumed = open_trainer(policy_dir, config.trainer, out_dir)
-        self.config, self.checkpoints = config, config.checkpoints(out_dir, "async")
-        self.resumed = resumed
-
-    def resumed_at(self) -> CheckpointInfo | None:
-        return self.resumed
-
-    def train(self, trajectories: list[Trajectory]) -> StepMetrics:
-        return self.trainer.train_step(TrainBatch.from_trajectories(trajectories, self.config.trainer.algorithm))
-
-    def state_dict_for_engine(self) -> dict[str, Tensor]:
-        return self.trainer.state_dict_for_engine()
-
-    def checkpoint(self, step: int, cursor: dict[str, JsonValue]) -> None:
-        self.checkpoints.save(self.trainer, self.tokenizer, step, cursor)
 
 
 class _ActorSync:
@@ -138,7 +121,7 @@ def run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
             ray.init(num_cpus=2, include_dashboard=False)
     try:
         job = job.resolved()
-        trainer = ray.remote(num_cpus=0)(TrainerActor).remote(job.policy_dir, job.out_dir, config)
+        trainer = ray.remote(num_cpus=0)(TrainerService).remote(job.policy_dir, job.out_dir, config)
         concurrency = config.workers + 8  # every worker's group plus the control calls of a push
         resumed = ray.get(trainer.resumed_at.remote())
         rollout_cls = ray.remote(num_cpus=0, max_concurrency=concurrency)(RolloutActor)

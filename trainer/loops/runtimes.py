@@ -1,5 +1,6 @@
-"""``run_async_loop``: the fully-async loop on the runtime ``AsyncLoopConfig.runtime`` names — in process
-(``in_process``) or on Ray actors (``ray_runtime``, imported only when asked for: ray is a heavy, optional import).
+"""``run_async_loop``: the fully-async loop on the runtime ``AsyncLoopConfig.runtime`` names — all in process
+(``in_process``), the trainer in a child process (``subprocess_runtime``) or on Ray actors (``ray_runtime``, imported
+only when asked for: ray is a heavy, optional import).
 The runtimes depend on the loop (``async_loop``), never the other way round."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from trainer.loops.async_loop import AsyncLoopConfig, RuntimeKind
 from trainer.loops.history import LoopHistory
 from trainer.loops.in_process import run_in_process
 from trainer.loops.job import LoopJob
+from trainer.loops.subprocess_runtime import run_in_subprocess
 
 
 def _run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
@@ -20,6 +22,7 @@ def _run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
 
 RUNTIMES: dict[RuntimeKind, Callable[[LoopJob, AsyncLoopConfig], LoopHistory]] = {
     RuntimeKind.ASYNCIO: run_in_process,
+    RuntimeKind.SUBPROCESS: run_in_subprocess,
     RuntimeKind.RAY: _run_on_ray,
 }
 

@@ -18,7 +18,16 @@ from envs.types import GradeResult, TaskSpec
 from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.local import TrainerConfig, latest_checkpoint
-from trainer.loops import AsyncLoopConfig, LoopHooks, LoopJob, SyncLoopConfig, TaskFilter, run_async_loop, run_sync_loop
+from trainer.loops import (
+    AsyncLoopConfig,
+    LoopHooks,
+    LoopJob,
+    RuntimeKind,
+    SyncLoopConfig,
+    TaskFilter,
+    run_async_loop,
+    run_sync_loop,
+)
 from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
 
@@ -105,9 +114,10 @@ def test_sync_resume_continues_the_exact_task_stream(env, policy_dir, tmp_path):
     assert resumed.steps[-1].wall_s >= resumed.steps[1].wall_s  # the clock continues across the resume
 
 
-def test_async_loop_runs_on_the_real_engine(env, policy_dir, tmp_path):
+@pytest.mark.parametrize("runtime", [RuntimeKind.ASYNCIO, RuntimeKind.SUBPROCESS])
+def test_async_loop_runs_on_the_real_engine(env, policy_dir, tmp_path, runtime):
     data, tasks = env
-    cfg = config(AsyncLoopConfig, 2, workers=3, max_staleness=1)
+    cfg = config(AsyncLoopConfig, 2, workers=3, max_staleness=1, runtime=runtime)
     job = LoopJob(policy_dir, tasks, data / "worlds", tmp_path, envs_for=coin_envs(data / "worlds"))
     history = run_async_loop(job, cfg)
     assert [r.step for r in history.steps] == [1, 2]
@@ -181,8 +191,6 @@ def test_async_loop_on_ray_actors(env, policy_dir, tmp_path):
 
     from ray import cloudpickle
 
-    from trainer.loops.async_loop import RuntimeKind
-
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stub grader travels to the rollout actor
     data, tasks = env
     cfg = config(AsyncLoopConfig, 2, workers=2, max_staleness=1, runtime=RuntimeKind.RAY)
@@ -192,3 +200,22 @@ def test_async_loop_on_ray_actors(env, policy_dir, tmp_path):
     assert all(len(r.positions) == 2 and r.staleness_max <= 1 for r in history.steps)
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000002"
     assert_carries_the_harness(tmp_path)
+
+
+def test_trainer_process_reports_failures_and_a_dead_child(policy_dir, tmp_path):
+    from trainer.loops.subprocess_runtime import TrainerProcess, TrainerProcessError
+
+    with pytest.raises(TrainerProcessError, match=r"start failed in the trainer process:(.|\n)*missing"):
+        TrainerProcess(tmp_path / "missing", tmp_path / "out", config(AsyncLoopConfig, 1))
+    trainer = TrainerProcess(policy_dir, tmp_path / "out", config(AsyncLoopConfig, 1))
+    try:
+        assert trainer.resumed is None
+        weights = trainer.state_dict_for_engine()
+        assert weights and all(isinstance(t, torch.Tensor) for t in weights.values())
+        with pytest.raises(TrainerProcessError, match="train failed in the trainer process"):
+            trainer.train([])  # an empty batch is the trainer's error, raised here with the child's traceback
+        trainer._process.kill()
+        with pytest.raises(TrainerProcessError, match=r"exited|gone"):
+            trainer.train([])
+    finally:
+        trainer.close()
