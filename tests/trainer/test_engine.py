@@ -10,6 +10,7 @@ from torch._dynamo.utils import counters
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
+from trainer.engine.engine import width_buckets
 from trainer.engine.forward import KVPool, ModelWeights, compiled_decode_step, decode, decode_step, forward
 from trainer.engine.sampling import inverse_cdf_sample, top_p_filter
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
@@ -107,6 +108,33 @@ def test_more_requests_than_slots_queue_and_finish(policy, prompts):
         assert eng._pool.n_free == 2  # every slot came back
     assert [len(r.token_ids_T) for r in batch] == lengths
     assert [r.token_ids_T for r in batch] == [r.token_ids_T for r in solo]
+
+
+def test_width_buckets_by_hand():
+    assert width_buckets([]) == []
+    assert width_buckets([7]) == [(0, 1)]
+    # 5 ≤ 1.25·4; 6 > 5 opens a run; 10 > 7.5; 12 ≤ 12.5; 100 > 12.5
+    assert width_buckets([4, 5, 6, 10, 12, 100]) == [(0, 2), (2, 3), (3, 5), (5, 6)]
+    widths = sorted(torch.randint(1, 512, (64,), generator=torch.Generator().manual_seed(0)).tolist())
+    buckets = width_buckets(widths)
+    assert [i for a, b in buckets for i in range(a, b)] == list(range(64))  # every row once, in order
+    padded = sum((b - a) * widths[b - 1] for a, b in buckets)
+    assert padded <= 1.25 * sum(widths) < 64 * max(widths)
+
+
+def test_a_burst_of_ragged_prompts_equals_one_at_a_time(policy):
+    """Admitted together, the prompts get slots shortest first and are prefilled in width runs; every greedy
+    completion equals the same request served alone."""
+    model, tok = policy
+    generator = torch.Generator().manual_seed(3)
+    vocab = model.config.vocab_size
+    burst = [torch.randint(2, vocab, (n,), generator=generator).tolist() for n in (40, 2, 90, 9, 45, 11, 3, 70)]
+    params = GREEDY.model_copy(update={"max_tokens": 6})
+    with Engine(model, tok, EngineConfig(max_num_seqs=8, prefix_cache_slots=0)) as eng:
+        together = run(gather(eng, burst, [params] * len(burst)))
+        alone = [run(eng.generate(p, params)) for p in burst]
+    assert [r.token_ids_T for r in together] == [r.token_ids_T for r in alone]
+    assert [r.prompt_token_ids for r in together] == burst
 
 
 def test_seeded_sampling_is_reproducible(engine, prompts):
