@@ -219,3 +219,45 @@ def test_trainer_process_reports_failures_and_a_dead_child(policy_dir, tmp_path)
             trainer.train([])
     finally:
         trainer.close()
+
+
+def test_trainer_process_exits_with_its_parent(policy_dir, tmp_path):
+    """A parent killed mid-run (SIGKILL: no cleanup) leaves no trainer process behind: the child's pipe closes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import sys
+from pathlib import Path
+from tests.trainer.loops.test_sync_loop import config
+from trainer.loops import AsyncLoopConfig
+from trainer.loops.subprocess_runtime import TrainerProcess
+trainer = TrainerProcess(Path({str(policy_dir)!r}), Path({str(tmp_path / "out")!r}), config(AsyncLoopConfig, 1))
+print(trainer._process.pid, flush=True)
+sys.stdin.read()
+"""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=os.getcwd()
+    )
+    try:
+        child = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{child}") and _alive(child):
+            time.sleep(0.1)
+        assert not _alive(child), "the trainer process outlived its killed parent"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
