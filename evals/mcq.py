@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.jsonio import JsonError, json_lines, parse_json
 from envs.openai_http import ApiClient, ApiError, first_choice
+from evals.seeds import trial_seed
 from evals.stats import estimate
 from evals.types import Estimate, TrialResult
 
@@ -221,7 +222,8 @@ class McqResult(BaseModel):
 
 @dataclass(frozen=True)
 class McqConfig:
-    """Which engine answers and how: ``passes`` sampled passes over every row, pass ``p`` seeded ``seed + p``."""
+    """Which engine answers and how: ``passes`` sampled passes over every row, each (row, pass) with its own seed
+    derived from ``seed`` (``evals.seeds.trial_seed``)."""
 
     engine_url: str
     model: str
@@ -245,7 +247,7 @@ async def _ask_all(rows: Sequence[McqRow], config: McqConfig) -> list[McqAnswer]
                 "model": config.model,
                 "max_tokens": config.max_tokens,
                 "temperature": config.temperature,
-                "seed": config.seed + pass_index,
+                "seed": trial_seed(config.seed, row.id, pass_index),
             }
             try:
                 async with gate:
@@ -270,7 +272,7 @@ async def _ask_all(rows: Sequence[McqRow], config: McqConfig) -> list[McqAnswer]
 
 
 def run_mcq(rows: Sequence[McqRow], config: McqConfig) -> McqResult:
-    """Ask every row once per pass (pass ``p`` samples with seed ``seed + p``); accuracy = mean ± SE over passes.
+    """Ask every row once per pass, each (row, pass) with its own seed; accuracy = mean ± SE over passes.
 
     An engine error (HTTP status ≥ 400, malformed reply, transport failure, timeout) raises ``McqEngineError``: a
     regression number measured on a partial set would mislead.

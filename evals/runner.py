@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -48,6 +47,7 @@ from evals.preflight import check_engine, check_first_prompt, check_judge, load_
 from evals.records import EvalResult, EvalTimings, Progress, ProgressFn, TrialRecord
 from evals.resolved_harness import ResolvedHarness, resolve_harness
 from evals.run_folder import TRIALS_FILE, TrialLog, prepare_out_dir, write_result
+from evals.seeds import trial_seed
 from evals.spec import EvalSpec
 from evals.stats import summarize
 
@@ -82,17 +82,6 @@ def plan_eval(spec: EvalSpec) -> EvalPlan:
     done_keys = {record.key for record in finished}
     todo = [(task, p) for p in range(spec.passes) for task in tasks if (task.task_id, p) not in done_keys]
     return EvalPlan(spec, harness, tasks, finished, todo)
-
-
-def trial_seed(base: int | None, task_id: str, pass_index: int) -> int | None:
-    """The sampling seed of one trial: ``int(sha256(f"{base}:{task_id}:{pass_index}")[:15], 16)``, None without a
-    base. Each (task, pass) draws its own stream — passes differ, reruns repeat, and the tasks of one pass are
-    independent draws. (``base + pass`` for every task made a pass's tasks share one stream: with the tiny model one
-    unlucky stream failed nearly every task of a pass alike — held-out Pass@1 0.056 in one pass, 0.58 in the next.)
-    Two policies evaluated with the same base get the same seeds per trial, so their comparison stays paired."""
-    if base is None:
-        return None
-    return int(hashlib.sha256(f"{base}:{task_id}:{pass_index}".encode()).hexdigest()[:15], 16)
 
 
 def _trial_agent(agent: AgentSetup, task_id: str, pass_index: int) -> AgentSetup:

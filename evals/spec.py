@@ -45,7 +45,7 @@ class EngineSpec(_Spec):
 
 
 SEEDING = "per-task-pass"
-"""How trial seeds are derived (``evals.runner.trial_seed``); part of an eval's identity, so a rerun never resumes
+"""How trial seeds are derived (``evals.seeds.trial_seed``); part of an eval's identity, so a rerun never resumes
 trials sampled under another scheme."""
 
 

@@ -20,6 +20,7 @@ from evals.mcq import (
     load_mcq,
     run_mcq,
 )
+from evals.seeds import trial_seed
 
 
 @pytest.mark.parametrize(
@@ -108,11 +109,17 @@ def test_bundled_set_loads_with_verifiable_arithmetic():
 # --- against an engine -----------------------------------------------------------------------------------------------
 
 
+SEEN_SEEDS: set[int] = set()
+
+
 def _answer_for(prompt: str, seed: int) -> str:
-    """Pass 0 (seed 0) answers every question right; pass 1 only those whose question holds "2"."""
+    """Pass 0 answers every question right; pass 1 only those whose question holds "2". The pass is read off the
+    seed: each (question, pass) has its own (``trial_seed`` of the config's seed 0)."""
     rows = {format_prompt(r): r for r in load_mcq(BUNDLED_MCQ)[:4]}
     row = rows[prompt.removesuffix("\n\nAnswer:")]
-    if seed == 0 or "2" in row.question:
+    SEEN_SEEDS.add(seed)
+    assert seed in (trial_seed(0, row.id, 0), trial_seed(0, row.id, 1)), "a seed of neither pass"
+    if seed == trial_seed(0, row.id, 0) or "2" in row.question:
         return f"Let me think. The answer is {row.answer_letter}."
     return "No idea."
 
@@ -148,6 +155,7 @@ def test_run_mcq_accuracy_over_passes(engine_url, api):
     assert math.isclose(result.accuracy.se, abs(1.0 - with_two / 4) / 2)  # std of 2 values = |a−b|/√2, SE = std/√2
     assert result.no_answer_rate == (4 - with_two) / 8
     assert len(result.trial_results()) == 8 and result.trial_results()[0].domain == rows[0].subject
+    assert len(SEEN_SEEDS) >= 8  # every (question, pass) sampled with a seed of its own
 
 
 def test_run_mcq_raises_on_engine_errors(engine_url):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from evals.runner import trial_seed
+from evals.seeds import trial_seed
 
 
 def test_each_task_and_pass_draws_its_own_seed_and_reruns_repeat() -> None:
