@@ -209,15 +209,16 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="groups per optimizer step")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--staleness", type=int, default=1)
+    # the local profile's async settings (deployments/profiles/local.yaml)
+    parser.add_argument("--workers", type=int, default=12)
+    parser.add_argument("--staleness", type=int, default=2)
     parser.add_argument("--eval-samples", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models)")
     parser.add_argument(
         "--runtime",
         choices=[k.value for k in RuntimeKind],
-        default=RuntimeKind.ASYNCIO.value,
-        help="the async loop's runtime: engine and trainer in this process (asyncio) or as two Ray actors (ray)",
+        default=RuntimeKind.SUBPROCESS.value,
+        help="the async loop's trainer in a child process (subprocess), a thread (asyncio) or a Ray actor (ray)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
