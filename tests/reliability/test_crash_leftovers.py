@@ -20,6 +20,7 @@ from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
 from envs.scratch import owned_folder, owner_tag, sweep_stale
+from tests.processes import running
 from trainer.local import CheckpointError, LocalTrainer, TrainerConfig, load_latest_checkpoint, save_checkpoint
 from trainer.local import checkpoint as checkpoints
 from trainer.loops.history import HISTORY_FILE, LoopHistory, ResumeError, StepRecord
@@ -45,14 +46,6 @@ def _killed_process(setup: str) -> tuple[Path, int]:
     world, pid = result.stdout.split()
     assert Path(world).is_dir()
     return Path(world), int(pid)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")  # a killed orphan may stay a zombie until init reaps it
 
 
 @pytest.fixture
@@ -81,11 +74,11 @@ def test_a_pool_start_sweeps_the_sandbox_copies_of_a_killed_process(pristine: Pa
 
     try:
         (mine,) = asyncio.run(start_a_pool())
-        assert not left.exists() and not _running(orphan)
+        assert not left.exists() and not running(orphan)
         assert mine.parent.name == owner_tag()  # its own copies live in its owner folder ...
         assert not mine.exists()  # ... and go as it closes
     finally:
-        if _running(orphan):
+        if running(orphan):
             os.kill(orphan, 9)
 
 
@@ -102,11 +95,11 @@ def test_forked_worlds_of_a_killed_process_are_swept_and_live_owners_kept(pristi
     try:
         swept = sweep_stale(root)
         assert [folder.name for folder in swept] == [left.parents[1].name]
-        assert not left.exists() and not _running(orphan)
+        assert not left.exists() and not running(orphan)
         mine = owned_folder(root)  # this (live) process's scratch under the same root is never swept
         assert sweep_stale(root) == [] and mine.is_dir()
     finally:
-        if _running(orphan):
+        if running(orphan):
             os.kill(orphan, 9)
 
 

@@ -38,13 +38,18 @@ class InProcessRuntime:
     """``async_loop.Runtime`` over an engine here, the selected tasks and a ``TrainerHandle``."""
 
     def __init__(
-        self, engine: Engine, trainer: TrainerHandle, job: LoopJob, tasks: Sequence[TaskSpec], config: AsyncLoopConfig
+        self,
+        engine: Engine,
+        trainer: TrainerHandle,
+        job: LoopJob,
+        tasks: Sequence[TaskSpec],
+        config: AsyncLoopConfig,
+        version_offset: int = 0,
     ) -> None:
-        self.trainer, self.tasks, self.config = trainer, tasks, config
+        self.trainer, self.tasks, self.config, self.version_offset = trainer, tasks, config, version_offset
         faults = config.faults.injector("engine") if config.faults else None
         self.client = InProcessEngine(engine, faults)
         self.rollouts = config.rollouts(job.envs(config.apps), self.client, engine.tokenizer)
-        self.version_offset = 0
 
     async def generate(self, position: int) -> list[Trajectory]:
         """Every rollout of the group, infra failures included: the loop records them and trains on the rest."""
@@ -70,8 +75,8 @@ def run_with_trainer(
     """The loop over an engine opened here on the weights ``trainer`` resumed from (``resumed``: its checkpoint)."""
     engine = open_engine(engine_weights(job.policy_dir, resumed), config.engine_config())
     try:
-        runtime = InProcessRuntime(engine, trainer, job, config.tasks.select(job.tasks), config)
-        runtime.version_offset = resumed.step if resumed else 0
+        offset = resumed.step if resumed else 0
+        runtime = InProcessRuntime(engine, trainer, job, config.tasks.select(job.tasks), config, offset)
         start = AsyncStart.resume(resumed, job.out_dir)
         return asyncio.run(run_async(runtime, config, start, job.out_dir, job.hooks))
     finally:

@@ -15,6 +15,7 @@ from envs.harness.chat import ToolListing
 from envs.harness.policy import PolicyHarness, read_policy_harness
 from envs.rollout import local_envs
 from envs.types import GradeResult, TaskSpec
+from tests.processes import running
 from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.local import TrainerConfig, latest_checkpoint
@@ -247,17 +248,8 @@ sys.stdin.read()
         parent.send_signal(signal.SIGKILL)
         parent.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{child}") and _alive(child):
+        while time.monotonic() < deadline and running(child):
             time.sleep(0.1)
-        assert not _alive(child), "the trainer process outlived its killed parent"
+        assert not running(child), "the trainer process outlived its killed parent"
     finally:
         parent.kill()
-
-
-def _alive(pid: int) -> bool:
-    """Running (a zombie awaiting its reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
