@@ -236,6 +236,10 @@ class ErrorClass(StrEnum):
     TASK = "task"  # the task itself is broken (missing world, ungradable rubric)
 
 
+NO_POLICY_OUTCOME = frozenset({ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK})
+"""Error classes of rollouts that are no outcome of the policy: never graded, trained on or scored."""
+
+
 class ToolCallRecord(_Contract):
     turn: int
     tool: str

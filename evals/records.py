@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.harness.policy import PolicyHarness
-from envs.types import ErrorClass, StopReason, TaskSpec, Trajectory
+from envs.types import NO_POLICY_OUTCOME, ErrorClass, StopReason, TaskSpec, Trajectory
 from evals.spec import EvalSpec
 from evals.types import Summary, TrialResult
 
@@ -116,7 +116,7 @@ class EvalResult(BaseModel):
 
     def unscored(self) -> list[TrialRecord]:
         """Trials that are no outcome of the policy: infra failures (after retries) and broken tasks."""
-        return [t for t in self.trials if t.error_class in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK)]
+        return [t for t in self.trials if t.error_class in NO_POLICY_OUTCOME]
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,16 @@ from envs.harness.chat import (
 from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected, Sampling
 from envs.harness.parsing import ToolCall, parse_turn
 from envs.harness.tools import ToolOutcome, ToolSession, call_record
-from envs.types import ErrorClass, GradeResult, StopReason, TaskSpec, ToolCallRecord, Trajectory, TurnSpan
+from envs.types import (
+    NO_POLICY_OUTCOME,
+    ErrorClass,
+    GradeResult,
+    StopReason,
+    TaskSpec,
+    ToolCallRecord,
+    Trajectory,
+    TurnSpan,
+)
 
 GradeFn = Callable[[str | None], GradeResult]
 """Grades a finished rollout from its final answer (None when there is none); the caller binds the world copy."""
@@ -295,7 +304,7 @@ async def run_agent(
         raise  # a configuration error: retrying would fail alike, and it is no outcome of the policy
     except (EngineError, _ToolTransportError) as error:
         _stop(trajectory, StopReason.ERROR, ErrorClass.RETRYABLE_INFRA, str(error))
-    if trajectory.error_class in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK):
+    if trajectory.error_class in NO_POLICY_OUTCOME:
         return trajectory
     try:
         grade = await asyncio.to_thread(grade_fn, trajectory.final_answer)

@@ -13,8 +13,9 @@ from envs.faults import FaultPlan
 from envs.harness.agent import AgentSetup, EnvsForTask, HarnessConfig
 from envs.harness.engine_client import CompletionEngine
 from envs.harness.policy import PolicyHarness
-from trainer.engine import EngineConfig
+from trainer.engine import Engine, EngineConfig
 from trainer.local import TrainerConfig
+from trainer.loops.engine_adapter import InProcessEngine
 from trainer.loops.policy import LoopCheckpoints
 from trainer.loops.rollouts import Rollouts
 from trainer.loops.stream import TaskFilter
@@ -51,6 +52,10 @@ class LoopConfig(BaseModel):
     """Checkpoint every N steps and at the end (0: only at the end)."""
     max_num_seqs: int = Field(128, ge=1)
     """Engine KV slots (concurrent sequences)."""
+
+    def engine_client(self, engine: Engine) -> InProcessEngine:
+        """The harness's completions over ``engine`` in this process, through this config's engine faults if any."""
+        return InProcessEngine(engine, self.faults.injector("engine") if self.faults else None)
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(max_num_seqs=self.max_num_seqs, max_model_len=self.harness.context_budget_tokens)

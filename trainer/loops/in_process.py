@@ -16,7 +16,7 @@ from envs.types import TaskSpec, Trajectory
 from trainer.engine import Engine
 from trainer.local import CheckpointInfo, StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
-from trainer.loops.engine_adapter import InProcessEngine, push_weights
+from trainer.loops.engine_adapter import push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
@@ -47,14 +47,12 @@ class InProcessRuntime:
         version_offset: int = 0,
     ) -> None:
         self.trainer, self.tasks, self.config, self.version_offset = trainer, tasks, config, version_offset
-        faults = config.faults.injector("engine") if config.faults else None
-        self.client = InProcessEngine(engine, faults)
+        self.client = config.engine_client(engine)
         self.rollouts = config.rollouts(job.envs(config.apps), self.client, engine.tokenizer)
 
     async def generate(self, position: int) -> list[Trajectory]:
         """Every rollout of the group, infra failures included: the loop records them and trains on the rest."""
-        task = self.rollouts.task_at(self.tasks, position)
-        return await self.rollouts.run(task, position, self.config.samples_per_prompt)
+        return await self.rollouts.at(self.tasks, position, self.config.samples_per_prompt)
 
     async def train(self, trajectories: list[Trajectory]) -> StepMetrics:
         return await asyncio.to_thread(self.trainer.train, trajectories)

@@ -27,7 +27,7 @@ from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec, Trajectory
 from trainer.local import StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
-from trainer.loops.engine_adapter import InProcessEngine, push_weights
+from trainer.loops.engine_adapter import push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
@@ -36,11 +36,12 @@ from trainer.loops.trainer_service import TrainerService
 
 
 class RolloutActor:
-    """Engine + harness + local tool sessions; ``generate(position)`` returns one group's trainable rollouts."""
+    """Engine + harness + local tool sessions; ``generate(position)`` returns one group's rollouts (infra failures
+    included: the driver records them and trains on the rest)."""
 
     def __init__(self, weights: Path, tasks: list[TaskSpec], envs_for: EnvsForTask, config: AsyncLoopConfig) -> None:
         engine = open_engine(weights, config.engine_config())
-        self.client = InProcessEngine(engine)
+        self.client = config.engine_client(engine)
         self.rollouts = config.rollouts(envs_for, self.client, engine.tokenizer)
         self.tasks, self.config = tasks, config
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from envs.faults import FaultPlan
 from envs.harness.agent import AgentSetup, EnvsForTask, run_group
 from envs.rollout import local_envs
-from envs.types import ErrorClass, TaskSpec, Trajectory
+from envs.types import NO_POLICY_OUTCOME, ErrorClass, TaskSpec, Trajectory
 from trainer.algorithms import AlgorithmConfig
 from trainer.local import EmptyBatchError, TrainBatch
 from trainer.loops.stream import group_seed, task_at
@@ -26,7 +26,7 @@ def default_envs(worlds_root: Path, apps: Sequence[str] | None) -> EnvsForTask:
 
 def trainable(trajectories: Sequence[Trajectory]) -> list[Trajectory]:
     """Drop rollouts that are no outcome of the policy (infra failures, broken tasks): they are re-run, not learned."""
-    return [t for t in trajectories if t.error_class not in (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK)]
+    return [t for t in trajectories if t.error_class not in NO_POLICY_OUTCOME]
 
 
 def has_signal(group: Sequence[Trajectory], algorithm: AlgorithmConfig) -> bool:
@@ -100,8 +100,9 @@ class Rollouts:
         return tasks[task_at(position, len(tasks), self.seed)]
 
     async def at(self, tasks: Sequence[TaskSpec], position: int, n: int) -> list[Trajectory]:
-        """The group at stream ``position`` over ``tasks`` (``task_at`` picks its task)."""
-        return await self.group(self.task_at(tasks, position), position, n)
+        """The group at stream ``position`` over ``tasks`` (``task_at`` picks its task): every rollout, infra failures
+        included — a loop records them all and trains on the ``trainable`` ones."""
+        return await self.run(self.task_at(tasks, position), position, n)
 
     async def sample(self, tasks: Sequence[TaskSpec], n: int) -> list[list[Trajectory]]:
         """``n`` rollouts of every task (trainable ones), seeds fixed by (seed, task index); off the stream."""

@@ -62,7 +62,7 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
     policy = open_policy(job.policy_dir, config.trainer, job.out_dir, config.engine_config())
     try:
         faults = config.faults
-        client = InProcessEngine(policy.engine, faults.injector("engine") if faults else None)
+        client = config.engine_client(policy.engine)
         rollouts = config.rollouts(job.envs(config.apps), client, policy.tokenizer)
         generator = _Generator(
             rollouts, selected, config.samples_per_prompt, faults.injector("worker") if faults else None

@@ -53,13 +53,12 @@ from skyrl.train.generators.utils import apply_overlong_filtering, get_rollout_m
 
 from envs.harness.agent import AgentSetup, EnvsForTask, run_group
 from envs.harness.engine_client import Completion, EngineError, EngineRejected, Sampling
-from envs.types import ErrorClass, TaskSpec, Trajectory
+from envs.types import NO_POLICY_OUTCOME, TaskSpec, Trajectory
 
 TASK_ID_KEY = "task_id"
 """The ``env_extras`` key (a column of the exported task set) that names each row's task."""
 ENV_CLASS = "rl_recipe"
 """The ``env_class`` of our rows: SkyRL's gym environments are not used, our harness is the environment."""
-UNTRAINABLE = (ErrorClass.RETRYABLE_INFRA, ErrorClass.TASK)
 
 
 def _refused(error: Exception) -> bool:
@@ -148,7 +147,7 @@ def generator_output(
     """SkyRL's output for ``trajectories``, field by field from ours (the table in the module docstring)."""
     responses = [t.tokens[t.prompt_len :] for t in trajectories]
     masks = [
-        [0] * len(r) if t.error_class in UNTRAINABLE else t.loss_mask[t.prompt_len :]
+        [0] * len(r) if t.error_class in NO_POLICY_OUTCOME else t.loss_mask[t.prompt_len :]
         for t, r in zip(trajectories, responses, strict=True)
     ]
     stop_reasons = [str(t.stop_reason) for t in trajectories]
