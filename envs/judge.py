@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, Valida
 
 from envs.faults import JUDGE_FAULTS, FaultInjector
 from envs.graders import JudgeVerdict
-from envs.openai_http import ApiClient, ApiError, ApiFailure, FaultTransport, backoff_delay_s, first_choice
+from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice
 
 logger = logging.getLogger(__name__)
 
@@ -288,11 +288,15 @@ class LlmJudgeClient:
         # Both belong to the private loop: created on it, used only on it. The semaphore alone bounds concurrency;
         # an unbounded pool keeps httpx's own 100-connection default from queueing requests behind our back.
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.config.max_concurrency)
-        if self._faults is None:
-            api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, limits=limits)
-        else:  # injected 429 / 500 / slow / malformed replies (envs.faults), under the same retry loop
-            transport = FaultTransport(httpx.AsyncHTTPTransport(limits=limits), self._faults, JUDGE_FAULTS)
-            api = ApiClient(self.config.base_url, self.config.timeout_s, keys=keys, transport=transport)
+        # with faults: injected 429 / 500 / slow / malformed replies (envs.faults), under the same retry loop
+        api = ApiClient(
+            self.config.base_url,
+            self.config.timeout_s,
+            keys=keys,
+            limits=limits,
+            faults=self._faults,
+            fault_kinds=JUDGE_FAULTS,
+        )
         return api, asyncio.Semaphore(self.config.max_concurrency)
 
     def _submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:

@@ -127,7 +127,13 @@ class ApiClient:
         keys: Sequence[SecretStr] = (),
         limits: httpx.Limits | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        faults: FaultInjector | None = None,
+        fault_kinds: Sequence[FaultKind] = (),
     ) -> None:
+        """``faults``: requests go through ``FaultTransport`` (``fault_kinds`` of them), over ``transport`` or a plain
+        one with ``limits``."""
+        if faults is not None:
+            transport = FaultTransport(transport or httpx.AsyncHTTPTransport(limits=limits), faults, fault_kinds)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._keys = list(keys)

@@ -32,7 +32,7 @@ import httpx
 
 from envs.errors import RecipeError
 from envs.faults import ENGINE_FAULTS, FaultInjector
-from envs.openai_http import ApiClient, ApiError, FaultTransport, first_choice
+from envs.openai_http import ApiClient, ApiError, first_choice
 
 
 class EngineError(Exception):
@@ -97,11 +97,9 @@ class CompletionsClient:
     ) -> None:
         self.model = model
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        if faults is None:
-            self._api = ApiClient(base_url, timeout_s, limits=limits)
-        else:
-            transport = FaultTransport(httpx.AsyncHTTPTransport(limits=limits), faults, ENGINE_FAULTS)
-            self._api = ApiClient(base_url, min(timeout_s, faults.plan.timeout_s), transport=transport)
+        if faults is not None:  # an injected stall must hit the client's timeout, not the engine's long one
+            timeout_s = min(timeout_s, faults.plan.timeout_s)
+        self._api = ApiClient(base_url, timeout_s, limits=limits, faults=faults, fault_kinds=ENGINE_FAULTS)
 
     async def __aenter__(self) -> Self:
         return self
