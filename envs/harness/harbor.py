@@ -166,8 +166,7 @@ def _copy_step(step: Copy, context: Path, sandbox: HarborSandbox) -> None:
 def build_workdir(task: TaskSpec, sandbox: HarborSandbox, recipe: DockerfileRecipe, limits: ResourceLimits) -> None:
     """Follow the Dockerfile's COPY and RUN steps in the sandbox (RUN under bubblewrap, as in the setup phase)."""
     context = harbor_task_dir(task) / "environment"
-    build_timeout_s = (task.metadata.get("environment") or {}).get("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_S
-    timeout_s = min(build_timeout_s, MAX_TIMEOUT_S)
+    timeout_s = min(build_timeout_s(task), MAX_TIMEOUT_S)
     for step in recipe.steps:
         if isinstance(step, Copy):
             _copy_step(step, context, sandbox)
@@ -255,14 +254,18 @@ def dockerfile_build(task: TaskSpec, tag: str) -> DockerBuild | None:
     context = harbor_task_dir(task) / "environment"
     if not (context / "Dockerfile").is_file():
         return None
-    timeout_s = (task.metadata.get("environment") or {}).get("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_S
-    return DockerBuild(context, context / "Dockerfile", tag, timeout_s)
+    return DockerBuild(context, context / "Dockerfile", tag, build_timeout_s(task))
 
 
-def docker_plan(task: TaskSpec, sandbox: HarborSandbox, tag: str | None = None) -> HarborDockerPlan:
+def build_timeout_s(task: TaskSpec) -> float:
+    """``task.toml``'s ``[environment] build_timeout_sec``, else ``DEFAULT_BUILD_TIMEOUT_S``."""
+    return (task.metadata.get("environment") or {}).get("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_S
+
+
+def docker_plan(task: TaskSpec, sandbox: HarborSandbox) -> HarborDockerPlan:
     """The container plan of ``task`` with ``sandbox`` as its host side (``build`` None: use ``docker_image``)."""
     environment = task.metadata.get("environment") or {}
-    image = environment.get("docker_image") or tag or f"rl-recipe-harbor-{task.task_id}:latest"
+    image = environment.get("docker_image") or f"rl-recipe-harbor-{task.task_id}:latest"
     build = None
     if not environment.get("docker_image"):
         build = dockerfile_build(task, image)
