@@ -59,12 +59,8 @@ class JudgeSpec(_Spec):
     max_concurrency: int = Field(8, ge=1)
 
     def config(self) -> JudgeConfig:
-        return JudgeConfig(
-            base_url=self.base_url,
-            model=self.model,
-            api_key_env=self.api_key_env,
-            max_concurrency=self.max_concurrency,
-        )
+        """The judge client's settings: these fields, the rest ``JudgeConfig``'s defaults (no keys in the spec)."""
+        return JudgeConfig(**self.model_dump())
 
 
 class HarnessOverrides(_Spec):
