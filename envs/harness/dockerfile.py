@@ -55,7 +55,7 @@ class DockerfileRecipe:
     steps: tuple[Copy | Run, ...]
 
 
-def _instructions(text: str) -> list[tuple[str, str]]:
+def instructions(text: str) -> list[tuple[str, str]]:
     """(keyword, arguments) per instruction: comments dropped, ``\\``-continued lines joined."""
     instructions, pending = [], ""
     for line in text.splitlines():
@@ -104,7 +104,7 @@ def read_dockerfile(path: Path) -> DockerfileRecipe:
     if not path.is_file():
         return DockerfileRecipe(DEFAULT_WORKDIR, ())
     workdir, seen_workdir, steps = DEFAULT_WORKDIR, False, []
-    for keyword, args in _instructions(path.read_text(encoding="utf-8")):
+    for keyword, args in instructions(path.read_text(encoding="utf-8")):
         if keyword == "WORKDIR":
             workdir = posixpath.normpath(posixpath.join(workdir if seen_workdir else "/", args.strip("\"'")))
             seen_workdir = True

@@ -37,7 +37,7 @@ from typing import Any
 
 from envs.apps.code_exec import ExecResult
 from envs.graders import grade
-from envs.harness.dockerfile import DEFAULT_WORKDIR
+from envs.harness.dockerfile import DEFAULT_WORKDIR, instructions
 from envs.harness.harbor import (
     VERIFIER_LOGS_PATH,
     VERIFIER_OUTPUT,
@@ -68,7 +68,6 @@ KILL_AFTER_S = 5  # after the phase timeout's SIGTERM, SIGKILL to whatever is le
 CLI_GRACE_S = 30  # the docker CLI's own backstop past that (a stuck daemon): the container is removed then
 _FROM = re.compile(r"^(\s*FROM\s+(?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE | re.MULTILINE)
 _STAGE = re.compile(r"\bAS\s+(\S+)", re.IGNORECASE)
-_RUN = re.compile(r"^\s*RUN\s(.*)$", re.IGNORECASE | re.MULTILINE)
 _FETCHES = re.compile(r"\b(apt-get|apt|apk|pip3?|uv|curl|wget|npm|yarn|git|conda|cargo|go)\b")
 
 log = logging.getLogger(__name__)
@@ -95,6 +94,16 @@ def image_present(client: Any, image: str) -> bool:
     return True
 
 
+def _image_id(client: Any, image: str) -> str:
+    """The daemon's id of ``image``, or its name when the daemon lacks it."""
+    from docker.errors import ImageNotFound
+
+    try:
+        return client.images.get(image).id
+    except ImageNotFound:
+        return image
+
+
 def resolve_dockerfile(text: str, present: Callable[[str], bool]) -> ResolvedDockerfile:
     """``text`` with each ``FROM`` the daemon lacks (``present`` says) replaced by ``BASE_IMAGE``; a FROM naming an
     earlier stage or an ``ARG`` is kept."""
@@ -115,7 +124,7 @@ def resolve_dockerfile(text: str, present: Callable[[str], bool]) -> ResolvedDoc
         return f"{prefix}{BASE_IMAGE}{rest}"
 
     resolved = _FROM.sub(substitute, text)
-    runs = " ".join(_RUN.findall(text.replace("\\\n", " ")))
+    runs = " ".join(args for keyword, args in instructions(text) if keyword == "RUN")
     return ResolvedDockerfile(resolved, tuple(bases), tuple(notes), bool(_FETCHES.search(runs)))
 
 
@@ -125,7 +134,7 @@ def _digest(context: Path, resolved: ResolvedDockerfile, client: Any) -> str:
     for path in sorted(p for p in context.rglob("*") if p.is_file()):
         digest.update(path.relative_to(context).as_posix().encode() + b"\0" + path.read_bytes())
     for base in resolved.bases:
-        digest.update(client.images.get(base).id.encode() if image_present(client, base) else base.encode())
+        digest.update(_image_id(client, base).encode())
     return digest.hexdigest()[:16]
 
 
