@@ -164,10 +164,19 @@ class ApiClient:
         self, path: str, body: Mapping[str, Any] | None = None, *, params: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         """POST ``body`` as JSON to ``path``; the reply's JSON object, or ``ApiError``."""
+        return await self._request("POST", path, body, params)
+
+    async def get_json(self, path: str, *, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """GET ``path``; the reply's JSON object, or ``ApiError``."""
+        return await self._request("GET", path, None, params)
+
+    async def _request(
+        self, method: str, path: str, body: Mapping[str, Any] | None, params: Mapping[str, str] | None
+    ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {next(self._key_cycle).get_secret_value()}"} if self._keys else None
         try:
             async with asyncio.timeout(self.timeout_s):
-                response = await self._http.post(path, json=body, params=params, headers=headers)
+                response = await self._http.request(method, path, json=body, params=params, headers=headers)
         except (TimeoutError, httpx.TimeoutException) as error:
             detail = f"no reply within {self.timeout_s:g} s ({type(error).__name__})"
             raise ApiError(ApiFailure.TIMEOUT, path, detail) from error

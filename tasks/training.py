@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 from prefect import task
@@ -29,13 +28,8 @@ from tasks.context import StageScope
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, RuntimeKind, StepRecord, SyncLoopConfig, TaskFilter
-from trainer.loops.config import LoopConfig
+from trainer.loops.config import LoopConfig, LoopKind
 from trainer.loops.policy import CHECKPOINTS
-
-
-class LoopKind(StrEnum):
-    SYNC = "sync"
-    ASYNC = "async"
 
 
 @dataclass(frozen=True)

@@ -94,12 +94,16 @@ class CompletionsClient:
         timeout_s: float = 600.0,
         max_connections: int = 512,
         faults: FaultInjector | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        """``transport``: an httpx transport to send through (an in-process app in tests)."""
         self.model = model
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         if faults is not None:  # an injected stall must hit the client's timeout, not the engine's long one
             timeout_s = min(timeout_s, faults.plan.timeout_s)
-        self._api = ApiClient(base_url, timeout_s, limits=limits, faults=faults, fault_kinds=ENGINE_FAULTS)
+        self._api = ApiClient(
+            base_url, timeout_s, limits=limits, transport=transport, faults=faults, fault_kinds=ENGINE_FAULTS
+        )
 
     async def __aenter__(self) -> Self:
         return self

@@ -133,7 +133,7 @@ def _submit(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         echo=lambda text: print(text, end="", flush=True),
         run=label,
-    )
+    )  # fmt: skip
     print(f"\njob {outcome.job_id}: {outcome.status}; {len(outcome.rows)} train steps read from its metrics")
     if args.catalog and outcome.rows:
         from tasks.catalog import Catalog
@@ -144,7 +144,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from trainer.skyrl.engines import ROUTES, vllm_serve_spec
+    from trainer.vllm.launch import ROUTES, vllm_serve_spec
 
     run = _run(args)
     try:

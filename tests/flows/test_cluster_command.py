@@ -32,8 +32,11 @@ def test_render_takes_an_arm_storage_and_profile_changes(capsys) -> None:
 def test_engine_prints_the_vllm_line_routes_and_harness_overrides(capsys) -> None:
     assert main(["cluster", "engine", "--profile", "qwen35-397b", "--port", "8100"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 vllm serve Qwen/Qwen3.5-397B")
-    assert "--tensor-parallel-size 8 --host 127.0.0.1 --port 8100 --max-model-len 262144" in out
+    assert out.startswith(
+        "VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 python -m vllm.entrypoints.openai.api_server "
+        "--model Qwen/Qwen3.5-397B"
+    )
+    assert "--host 127.0.0.1 --port 8100 --max-model-len 262144" in out and "--tensor-parallel-size 8" in out
     assert "http://127.0.0.1:8100/pause?mode=keep" in out and "--set engine.url=http://127.0.0.1:8100" in out
 
 
@@ -70,7 +73,7 @@ def test_the_core_install_never_imports_skyrl_or_vllm() -> None:
     code = (
         "import sys\n"
         "import flows.cli, flows.commands.cluster\n"
-        "import trainer.skyrl.render, trainer.skyrl.submit, trainer.skyrl.engines, trainer.skyrl.dryrun\n"
+        "import trainer.skyrl.render, trainer.skyrl.submit, trainer.vllm.launch, trainer.skyrl.dryrun\n"
         "from flows.cli import main\n"
         "assert main(['cluster', 'render', '--profile', 'qwen36-35b']) == 0\n"
         "assert not {'skyrl', 'vllm', 'megatron'} & {m.split('.')[0] for m in sys.modules}, 'imported'\n"

@@ -22,8 +22,8 @@ from trainer.engine.server import (
     serve,
 )
 from trainer.engine.types import SamplingParams
-from trainer.loops.engine_adapter import EngineControlError, HttpEngineControl
 from trainer.model import TinyModelSpec, bootstrap_policy
+from trainer.vllm.remote import EngineControlError, EngineKind, RemoteEngines, RemoteFleet
 
 CORPUS = [f"file {i}: the memo says {i * 11 % 70} pages about client {i % 13}" for i in range(300)]
 SPEC = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, head_dim=64, intermediate=128, max_position=128)
@@ -133,7 +133,8 @@ def test_the_trainers_weight_sync_sends_the_token(engine, monkeypatch, tmp_path)
 
     async def pause_and_resume() -> None:
         transport = httpx.ASGITransport(app=app)
-        async with HttpEngineControl("http://engine", tmp_path, transport=transport) as control:
+        engines = RemoteEngines(urls=("http://engine",), model="p", kind=EngineKind.OURS, staging_dir=tmp_path)
+        async with RemoteFleet(engines, transport=transport) as control:
             await control.pause()
             await control.resume()
 

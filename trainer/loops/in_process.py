@@ -1,7 +1,8 @@
-"""The fully-async loop's ``Runtime`` with the engine, the harness and the tool sessions in this process: generation on
-the engine's thread, the trainer behind a ``TrainerHandle`` — a ``TrainerService`` here (``run_in_process``, its
-blocking calls in a worker thread) or one in a child process (``subprocess_runtime``). With ``AsyncLoopConfig.faults``
-on, the engine's completions go through the fault injector (``envs.faults``)."""
+"""The fully-async loop's ``Runtime`` with the harness and the tool sessions in this process, generating with the
+loop's engine (``trainer.loops.generation``: an engine on its own thread here, or engine servers over HTTP), the
+trainer behind a ``TrainerHandle`` — a ``TrainerService`` here (``run_in_process``, its blocking calls in a worker
+thread) or one in a child process (``subprocess_runtime``). With ``AsyncLoopConfig.faults`` on, the engine's
+completions go through the fault injector (``envs.faults``)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from pydantic import JsonValue
 from torch import Tensor
 
 from envs.types import TaskSpec, Trajectory
-from trainer.engine import Engine
+from trainer.engine.weight_sync import push_weights
 from trainer.local import CheckpointInfo, StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
-from trainer.loops.engine_adapter import push_weights
 from trainer.loops.evaluation import evaluate_reward
+from trainer.loops.generation import Generation, open_generation
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
-from trainer.loops.policy import engine_weights, open_engine
+from trainer.loops.policy import engine_weights
 from trainer.loops.trainer_service import TrainerService
 
 
@@ -35,11 +36,12 @@ class TrainerHandle(Protocol):
 
 
 class InProcessRuntime:
-    """``async_loop.Runtime`` over an engine here, the selected tasks and a ``TrainerHandle``."""
+    """``async_loop.Runtime`` over the loop's generation (``trainer.loops.generation``), the selected tasks and a
+    ``TrainerHandle``."""
 
     def __init__(
         self,
-        engine: Engine,
+        generation: Generation,
         trainer: TrainerHandle,
         job: LoopJob,
         tasks: Sequence[TaskSpec],
@@ -47,8 +49,8 @@ class InProcessRuntime:
         version_offset: int = 0,
     ) -> None:
         self.trainer, self.tasks, self.config, self.version_offset = trainer, tasks, config, version_offset
-        self.client = config.engine_client(engine)
-        self.rollouts = config.rollouts(job.envs(config.apps), self.client, engine.tokenizer)
+        self.client = generation.client
+        self.rollouts = config.rollouts(job.envs(config.apps), self.client, generation.tokenizer)
 
     async def generate(self, position: int) -> list[Trajectory]:
         """Every rollout of the group, infra failures included: the loop records them and trains on the rest."""
@@ -70,15 +72,17 @@ class InProcessRuntime:
 def run_with_trainer(
     job: LoopJob, config: AsyncLoopConfig, trainer: TrainerHandle, resumed: CheckpointInfo | None
 ) -> LoopHistory:
-    """The loop over an engine opened here on the weights ``trainer`` resumed from (``resumed``: its checkpoint)."""
-    engine = open_engine(engine_weights(job.policy_dir, resumed), config.engine_config())
-    try:
-        offset = resumed.step if resumed else 0
-        runtime = InProcessRuntime(engine, trainer, job, config.tasks.select(job.tasks), config, offset)
-        start = AsyncStart.resume(resumed, job.out_dir)
-        return asyncio.run(run_async(runtime, config, start, job.out_dir, job.hooks))
-    finally:
-        engine.close()
+    """The loop over the generation opened here on the weights ``trainer`` resumed from (``resumed``: its
+    checkpoint)."""
+
+    async def run() -> LoopHistory:
+        async with open_generation(engine_weights(job.policy_dir, resumed), config) as generation:
+            offset = resumed.step if resumed else 0
+            runtime = InProcessRuntime(generation, trainer, job, config.tasks.select(job.tasks), config, offset)
+            start = AsyncStart.resume(resumed, job.out_dir)
+            return await run_async(runtime, config, start, job.out_dir, job.hooks)
+
+    return asyncio.run(run())
 
 
 def run_in_process(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:

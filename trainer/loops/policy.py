@@ -1,5 +1,6 @@
-"""The policy a loop trains: the trainer and the engine on two copies of the weights, resumed from the run's newest
-loadable checkpoint under ``<out_dir>/checkpoints``, and where a loop writes its own checkpoints (``LoopCheckpoints``).
+"""The policy a loop trains: the trainer resumed from the run's newest loadable checkpoint under
+``<out_dir>/checkpoints``, the weights its engine starts from (``engine_weights``: a copy of their own, see
+``trainer.loops.generation``), and where a loop writes its own checkpoints (``LoopCheckpoints``).
 """
 
 from __future__ import annotations
@@ -17,20 +18,6 @@ from trainer.local.checkpoint import POLICY_DIR, CheckpointInfo
 from trainer.model import load_policy
 
 CHECKPOINTS = "checkpoints"
-
-
-@dataclass
-class Policy:
-    """The trainer's model, the engine's separate copy (the trainer updates in place; the engine must not see a
-    half-updated tensor), the tokenizer, and where a resume left off."""
-
-    trainer: LocalTrainer
-    engine: Engine
-    tokenizer: PreTrainedTokenizerBase
-    resumed: CheckpointInfo | None
-
-    def close(self) -> None:
-        self.engine.close()
 
 
 def open_trainer(
@@ -53,12 +40,6 @@ def open_engine(weights: Path, engine_config: EngineConfig) -> Engine:
     """An engine on its own copy of the weights in ``weights`` (a policy folder)."""
     model, tokenizer = load_policy(weights)
     return Engine(model, tokenizer, engine_config)
-
-
-def open_policy(policy_dir: Path, trainer_config: TrainerConfig, out_dir: Path, engine_config: EngineConfig) -> Policy:
-    """Trainer and engine on two copies of the policy, resumed from ``out_dir``'s newest checkpoint if any."""
-    trainer, tokenizer, resumed = open_trainer(policy_dir, trainer_config, out_dir)
-    return Policy(trainer, open_engine(engine_weights(policy_dir, resumed), engine_config), tokenizer, resumed)
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from torch import Tensor
 
 from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec, Trajectory
+from trainer.engine.weight_sync import push_weights
 from trainer.local import StepMetrics
 from trainer.loops.async_loop import AsyncLoopConfig, AsyncStart, run_async
-from trainer.loops.engine_adapter import push_weights
 from trainer.loops.evaluation import evaluate_reward
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopJob
@@ -113,6 +113,11 @@ class RayRuntime:
 def run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
     """The fully-async loop with the engine and the trainer as Ray actors (see the module docstring); the job's
     environment factory travels to the rollout actor by pickle, its hooks stay with the driver."""
+    if config.engines is not None:
+        raise ValueError(
+            "runtime 'ray' hosts its own engine in the rollout actor; with engine servers (loop.engines) use the "
+            "asyncio or subprocess runtime"
+        )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:

@@ -3,7 +3,8 @@
 One step:
 
 1. positions cursor … cursor + B − 1 of the seeded task stream (``stream.task_at``) pick B tasks;
-2. ``run_group`` per task, all B groups at once, n samples each, against the in-process engine; a rollout an infra
+2. ``run_group`` per task, all B groups at once, n samples each, against the loop's engine
+   (``trainer.loops.generation``: in process, or engine servers); a rollout an infra
    fault ended is re-run (``Rollouts.run``), and a group whose generation dies is generated again (at most
    ``MAX_REQUEUES`` times, as the async loop re-queues a dead worker's position);
 3. every rollout is recorded (``hooks.rollouts``; infra failures with their error class), and
@@ -33,14 +34,15 @@ from dataclasses import dataclass
 from envs.faults import FaultInjector, FaultKind, InjectedFault
 from envs.harness.engine_client import EngineRejected
 from envs.types import TaskSpec, Trajectory
-from trainer.local import EmptyBatchError, TrainBatch
+from trainer.engine.weight_sync import push_weights
+from trainer.local import EmptyBatchError, LocalTrainer, TrainBatch
 from trainer.loops.async_loop import MAX_REQUEUES
 from trainer.loops.config import LoopConfig
-from trainer.loops.engine_adapter import InProcessEngine, push_weights
 from trainer.loops.evaluation import evaluate_reward
+from trainer.loops.generation import GenerationClient, open_generation
 from trainer.loops.history import LoopHistory, StepRecord, WallClock
 from trainer.loops.job import LoopJob
-from trainer.loops.policy import Policy, open_policy
+from trainer.loops.policy import engine_weights, open_trainer
 from trainer.loops.rollouts import Rollouts, generated_tokens, outcome, trainable
 
 log = logging.getLogger(__name__)
@@ -59,17 +61,17 @@ def run_sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
 async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
     """``run_sync_loop`` for callers already inside an event loop."""
     selected = config.tasks.select(job.tasks)
-    policy = open_policy(job.policy_dir, config.trainer, job.out_dir, config.engine_config())
-    try:
+    trainer, tokenizer, resumed = open_trainer(job.policy_dir, config.trainer, job.out_dir)
+    async with open_generation(engine_weights(job.policy_dir, resumed), config) as generation:
         faults = config.faults
-        client = config.engine_client(policy.engine)
-        rollouts = config.rollouts(job.envs(config.apps), client, policy.tokenizer)
+        client = generation.client
+        rollouts = config.rollouts(job.envs(config.apps), client, generation.tokenizer)
         generator = _Generator(
             rollouts, selected, config.samples_per_prompt, faults.injector("worker") if faults else None
         )
         checkpoints = config.checkpoints(job.out_dir, "sync")
-        step = policy.resumed.step if policy.resumed else 0
-        cursor = int(policy.resumed.data_cursor) if policy.resumed else 0  # type: ignore[arg-type]
+        step = resumed.step if resumed else 0
+        cursor = int(resumed.data_cursor) if resumed else 0  # type: ignore[arg-type]
         history = LoopHistory.resume(job.out_dir, "sync", step)
         clock = WallClock(history.wall_s)  # wall time continues across resumes
         while step < config.steps:
@@ -78,7 +80,7 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
             cursor += config.prompts_per_step
             record, everyone, flat = await generator.step(step, positions)
             job.hooks.rollouts(step, everyone)
-            await _train(policy, client, flat, record, config)
+            await _train(trainer, client, flat, record, config)
             record.wall_s = clock.now()
             if config.eval_due(step):
                 with clock.stopped():  # evaluation is not loop time
@@ -89,11 +91,9 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
             # history is cut back to it); the other order would resume from this one without this step's record.
             history.save(job.out_dir)
             if config.checkpoint_due(step):
-                checkpoints.save(policy.trainer, policy.tokenizer, step, cursor)
+                checkpoints.save(trainer, tokenizer, step, cursor)
             job.hooks.step(record)
         return history
-    finally:
-        policy.close()
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class _Generator:
 
 
 async def _train(
-    policy: Policy, client: InProcessEngine, flat: list[Trajectory], record: StepRecord, config: LoopConfig
+    trainer: LocalTrainer, client: GenerationClient, flat: list[Trajectory], record: StepRecord, config: LoopConfig
 ) -> None:
     """Steps 3-5 onto ``record``: one optimizer step on the groups with signal and the weight push (none when every
     group ties)."""
@@ -162,9 +162,9 @@ async def _train(
         batch = TrainBatch.from_trajectories(flat, config.trainer.algorithm)
     except EmptyBatchError:
         return
-    metrics = policy.trainer.train_step(batch)
+    metrics = trainer.train_step(batch)
     tick = time.perf_counter()
-    await push_weights(client, policy.trainer)
+    await push_weights(client, trainer)
     record.sync_s = time.perf_counter() - tick
     record.train_s = metrics.step_s
     record.trained = True

@@ -1,7 +1,7 @@
-"""The SkyRL backend: our composed config as SkyRL 0.3.x overrides, a Ray Jobs submission, metric ingestion, and the
-launch spec of the vLLM engines, and our TITO harness as SkyRL's generator. SkyRL, vLLM and Megatron run on the
-cluster (the ``cluster`` extra); only ``generator`` and ``main`` import SkyRL (they run on the cluster, never in the
-core install), so the core install reads, renders and tests all the rest.
+"""The SkyRL backend: our composed config as SkyRL 0.3.x overrides, a Ray Jobs submission, metric ingestion, and our
+TITO harness as SkyRL's generator. SkyRL, vLLM and Megatron run on the cluster (the ``cluster`` extra); only
+``generator`` and ``main`` import SkyRL (they run on the cluster, never in the core install), so the core install
+reads, renders and tests all the rest.
 
 * ``render`` — ``SkyRLRun`` (model, trainer, harness, rollout plan, cluster layout) → ``Overrides`` (``key=value``),
   through the tables of ``mappings`` (our enums → SkyRL's values).
@@ -10,7 +10,6 @@ core install), so the core install reads, renders and tests all the rest.
   the parsed config and metric blocks (labelled dry run) instead of training.
 * ``submit`` — the job on a Ray cluster through the Jobs API; logs streamed; metric blocks → ``train_steps`` rows.
 * ``metrics`` — SkyRL's console metric blocks and their mapping to our catalog's ``train_steps`` columns.
-* ``engines`` — ``vllm serve`` argv, environment and RL control routes of one engine, and our harness pointed at it.
 * ``schema_check`` — a script run with SkyRL installed: builds SkyRL's own config classes from a rendered set.
 * ``generator`` — ``RecipeGenerator``: SkyRL's ``GeneratorInterface`` over our ``run_group``, so SkyRL trains on
   exactly our trajectories (tokens, loss mask, rollout logprobs, reward).

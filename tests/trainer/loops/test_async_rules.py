@@ -8,6 +8,7 @@ import pytest
 
 from envs.types import Trajectory
 from tests.trainer.loops.stub_runtime import StubRuntime
+from trainer.engine.weight_sync import push_weights
 from trainer.loops.async_loop import (
     AsyncLoopConfig,
     AsyncStart,
@@ -16,7 +17,6 @@ from trainer.loops.async_loop import (
     run_async,
     staleness,
 )
-from trainer.loops.engine_adapter import push_weights
 from trainer.loops.history import LoopHistory
 from trainer.loops.stream import task_at
 

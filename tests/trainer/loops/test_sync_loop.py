@@ -18,6 +18,7 @@ from envs.types import GradeResult, TaskSpec
 from tests.processes import running
 from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
 from trainer.engine import Engine, EngineConfig, SamplingParams
+from trainer.engine.weight_sync import push_weights
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.loops import (
     AsyncLoopConfig,
@@ -29,7 +30,7 @@ from trainer.loops import (
     run_async_loop,
     run_sync_loop,
 )
-from trainer.loops.engine_adapter import InProcessEngine, push_weights
+from trainer.loops.engine_adapter import InProcessEngine
 from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
 
 SPEC = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=2048)
@@ -155,12 +156,16 @@ def test_weight_push_keeps_requests_in_flight(policy_dir):
     assert done.finish_reason == "length" and len(done.token_ids_T) == 300
 
 
-def test_http_engine_control_drives_the_server_routes(policy_dir, tmp_path):
+def test_a_remote_fleet_drives_our_servers_routes(policy_dir, tmp_path):
+    """RemoteFleet over our engine's HTTP server (kind ``ours``): a push stages a new folder and loads it, completions
+    are stamped with the server's own version, loading a policy folder links its weights, and a failed load says
+    which engine and route."""
     import httpx
 
+    from envs.harness.engine_client import Sampling
     from trainer.engine.server import create_app
-    from trainer.loops.engine_adapter import EngineControlError, HttpEngineControl
     from trainer.model import load_policy
+    from trainer.vllm.remote import EngineControlError, EngineKind, RemoteEngines, RemoteFleet
 
     model, tokenizer = load_policy(policy_dir)
     trained, _ = load_policy(policy_dir)
@@ -171,19 +176,25 @@ def test_http_engine_control_drives_the_server_routes(policy_dir, tmp_path):
         def state_dict_for_engine(self):
             return {k: v for k, v in trained.state_dict().items() if k != "lm_head.weight"}
 
-    async def scenario(engine: Engine) -> int:
+    engines = RemoteEngines(urls=("http://engine",), model="policy", kind=EngineKind.OURS, staging_dir=tmp_path / "w")
+
+    async def scenario(engine: Engine) -> tuple[int, int, int]:
         transport = httpx.ASGITransport(app=create_app(engine, "policy"))
-        async with HttpEngineControl("http://engine", tmp_path / "staging", transport=transport) as control:
-            version = await push_weights(control, Source())
-            with pytest.raises(EngineControlError, match="HTTP 4"):
-                await control._post("/update_weights", json={"path": str(tmp_path / "missing")})
-            return version
+        async with RemoteFleet(engines, transport=transport) as fleet:
+            version = await push_weights(fleet, Source())
+            completion = await fleet.complete([5, 6, 7], Sampling(max_tokens=2, seed=0))
+            loaded = await fleet.load(policy_dir)
+            with pytest.raises(EngineControlError, match=r"http://engine/update_weights.*HTTP 4"):
+                await fleet._load_everywhere(tmp_path / "missing")
+            return version, completion.weight_version, loaded
 
     with Engine(model, tokenizer, EngineConfig(max_num_seqs=2)) as engine:
-        assert asyncio.run(scenario(engine)) == 1
-        assert engine.version == 1 and not engine.paused
-        assert torch.equal(model.model.embed_tokens.weight, trained.model.embed_tokens.weight)
-    assert (tmp_path / "staging" / "v1" / "model.safetensors").is_file()
+        assert asyncio.run(scenario(engine)) == (1, 1, 2)
+        assert engine.version == 2 and not engine.paused
+    staged = sorted(p.name for p in (tmp_path / "w").iterdir())
+    assert len(staged) == 2 and staged[0].startswith("v00001-") and staged[1].startswith("v00002-")
+    weights = tmp_path / "w" / staged[1] / "model.safetensors"
+    assert weights.stat().st_ino == (policy_dir / "model.safetensors").stat().st_ino  # linked, not copied
 
 
 @pytest.mark.slow

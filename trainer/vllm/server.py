@@ -1,0 +1,118 @@
+"""One vLLM engine as a process this one owns: started behind ``guard`` (it dies with its owner), health-checked until
+it serves, stopped with its whole process group.
+
+    with VllmServer(vllm_serve_spec(model, tensor_parallel=1, max_model_len=1024, device=Device.CPU, port=port),
+                    log_path=Path("engine.log")) as server:
+        server.base_url                      # http://127.0.0.1:PORT, answering /health
+
+Start-up is bounded (``start_timeout_s``): a server that exits or does not answer ``/health`` in time raises
+``EngineStartError`` with the tail of its log — the usual causes (a missing interpreter, a model folder the node cannot
+read, a port taken) are in its last lines.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from envs.errors import RecipeError
+from trainer.vllm.launch import VllmServeSpec
+
+START_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 30.0
+HEALTH_TIMEOUT_S = 5.0
+LOG_TAIL_CHARS = 3000
+
+
+class EngineStartError(RecipeError, RuntimeError):
+    """An engine server exited or did not become healthy in time; the message carries its log's tail."""
+
+
+def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+def healthy(base_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    """``GET /health`` answered 200 within ``timeout_s``."""
+    try:
+        return httpx.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class VllmServer:
+    """A vLLM server process (see the module docstring); use as a context manager or call ``start`` / ``stop``."""
+
+    def __init__(self, spec: VllmServeSpec, log_path: Path, start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self.spec, self.log_path, self.start_timeout_s = spec, log_path, start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self.start_s: float | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.spec.base_url
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "trainer.vllm.guard", str(os.getpid()), "--", *self.spec.argv]
+        tick = time.monotonic()
+        with self.log_path.open("ab") as log:
+            try:
+                env = os.environ | self.spec.env
+                self._process = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+            except OSError as error:
+                raise EngineStartError(f"cannot start the engine ({self.spec.argv[0]}): {error}") from None
+        while not healthy(self.base_url):
+            if self._process.poll() is not None:
+                tail = log_tail(self.log_path)
+                self._process = None
+                raise EngineStartError(f"the engine on {self.base_url} exited while starting; its log ends:\n{tail}")
+            if time.monotonic() - tick > self.start_timeout_s:
+                self.stop()
+                tail = log_tail(self.log_path)
+                raise EngineStartError(
+                    f"the engine on {self.base_url} did not answer /health within {self.start_timeout_s:g} s; "
+                    f"its log ends:\n{tail}"
+                )
+            time.sleep(1.0)
+        self.start_s = round(time.monotonic() - tick, 1)
+
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM the guard (it stops the server's group), SIGKILL the whole group if it lingers."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(timeout=timeout_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> VllmServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
