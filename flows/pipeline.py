@@ -28,6 +28,7 @@ from flows.config import RecipeConfig, RunChanges, StageName, apply_overrides, l
 from flows.derisk import derisk
 from flows.hero import hero
 from flows.overfit import overfit
+from flows.placement import preflight, stop_engines
 from flows.stage import DEFAULT_RUNS_ROOT, is_current
 from flows.systems import systems
 from flows.tito import tito
@@ -114,7 +115,16 @@ def pipeline(
     )
     root = str(store.root)
     log("run %s (%s) in %s", store.run_id, config.profile, root)
+    preflight(config)
     ensure_gpu_limit()
+    try:
+        return _run_stages(store, config, runs_root, stop_after)
+    finally:
+        stop_engines(config, store)  # the run's vLLM engines (backend vllm), wherever they run
+
+
+def _run_stages(store: RunStore, config: RecipeConfig, runs_root: str, stop_after: str) -> dict[str, Any] | State:
+    root = str(store.root)
     outcome: dict[str, str] = {}
     stages = list(StageName)
     for position, stage in enumerate(stages):

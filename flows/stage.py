@@ -33,17 +33,19 @@ from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
 from evals.records import EvalResult
 from evals.spec import HarnessKind, JudgeSpec
-from flows.config import RecipeConfig, StageName, section_digest, validate_config
+from flows.config import EngineBackend, RecipeConfig, StageName, section_digest, validate_config
 from flows.gates import GateFailed, GateReport
+from flows.placement import TRAINER_RUNNERS, cluster_target, engine_fleet
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
 from tasks.catalog import Catalog
+from tasks.cluster import JobRecord
 from tasks.context import StageScope
-from tasks.engine import EngineSettings
+from tasks.engine import EngineSettings, training_engines
 from tasks.environment import policy_harness, task_sets
 from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
-from tasks.training import TrainJob, TrainResult, train
+from tasks.training import TrainerRunner, TrainJob, TrainResult, train
 from tasks.validation import Suite, validate_stage
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.local import Layout, TrainerConfig
@@ -155,8 +157,24 @@ class StageRun:
         return self.store.path(value)
 
     def output(self, name: str, value: Any) -> None:
-        """Record an output: a path (stored relative to the run folder) or a small JSON value."""
+        """Record an output: a path (relative to the run folder when inside it, else absolute: shared storage) or a
+        small JSON value."""
         self.manifest.outputs[name] = self.store.relative(value) if isinstance(value, Path) else value
+
+    # --- jobs on the cluster (tasks.cluster.JobLedger) ------------------------------------------------------------
+
+    def job(self, key: str) -> JobRecord | None:
+        raw = self.manifest.jobs.get(key)
+        return JobRecord.model_validate(raw) if raw is not None else None
+
+    def record_job(self, key: str, record: JobRecord) -> None:
+        """Written to the manifest at once: a flow killed a second later still knows its job."""
+        self.manifest.jobs[key] = record.model_dump()
+        self.store.write_manifest(self.manifest)
+
+    def runner(self) -> TrainerRunner:
+        """Where this run's training loops run (the trainer backend)."""
+        return TRAINER_RUNNERS[self.config.backends.trainer](cluster_target(self.config, self.store), self)
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
@@ -167,9 +185,13 @@ class StageRun:
             self.manifest.timings[name] = round(time.perf_counter() - tick, 2)
             log("%s: %s took %.1f s", self.stage.folder, name, self.manifest.timings[name])
 
-    def engine_settings(self, max_model_len: int) -> EngineSettings:
-        """The run's engine backend (local engine, or the configured URL) for a policy with this context."""
+    def engine_settings(self, max_model_len: int, policy: str | None = None) -> EngineSettings:
+        """The run's engine backend for a policy with this context: our local engine, the configured URL, or the
+        run's vLLM engines serving the base ``policy`` (default: the one de-risk prepared)."""
         engine = self.config.engine
+        fleet = None
+        if self.config.backends.engine is EngineBackend.VLLM:
+            fleet = engine_fleet(self.config, self.store, policy or self.policy(), max_model_len)
         return EngineSettings(
             max_model_len=max_model_len,
             max_num_seqs=engine.max_num_seqs,
@@ -177,6 +199,7 @@ class StageRun:
             url=engine.url,
             served_model_name=engine.served_model_name,
             timeout_s=engine.timeout_s,
+            fleet=fleet,
         )
 
     def policy(self) -> str:
@@ -251,9 +274,19 @@ class StageRun:
             validate_stage(self.catalog, suite, self.stage.value)
 
     def train(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainResult:
-        """The ``train`` task for this stage: its catalog, its work folder ``train-<label>``, its progress key."""
-        out = self.work_dir(f"train-{label}", [str(policy), loop.model_dump(mode="json")])
-        return train(self.scope, TrainJob(label, policy, tasks, loop, out))
+        """The ``train`` task for this stage: its catalog, its work folder ``train-<label>``, its progress key, the
+        trainer backend's runner, and the run's engines (when it has some) to generate on."""
+        return train(self.scope, self.train_job(label, policy, tasks, loop), self.runner())
+
+    def train_job(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainJob:
+        """``loop`` from ``policy`` over ``tasks`` in its work folder (keyed by what it computes: the engines it runs
+        on are not part of it), generating on the run's engines when it has some."""
+        out = self.work_dir(f"train-{label}", [str(policy), loop.model_dump(mode="json", exclude={"engines"})])
+        settings = self.engine_settings(loop.harness.context_budget_tokens)
+        staging = cluster_target(self.config, self.store)
+        job_dir = staging.job_dir(self.stage.folder, out) if staging else out
+        engines = training_engines(settings, job_dir / "weights")
+        return TrainJob(label, policy, tasks, loop.model_copy(update={"engines": engines}), out)
 
     def evaluate(self, job: EvalJob) -> EvalResult:
         """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds), with the
@@ -341,6 +374,7 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
         code_version=code_version(),
         attempt=(previous.attempt if previous else 0) + 1,
         started_at=now(),
+        jobs=dict(previous.jobs) if previous else {},  # a resumed stage reattaches to its jobs on the cluster
     )
     store.write_manifest(manifest)
     catalog = Catalog(store.catalog_path)

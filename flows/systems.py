@@ -29,7 +29,7 @@ from flows.stage_gates import SystemsMeasured, systems_gate
 from tasks.artifacts import publish_table
 from tasks.plots import bar_chart
 from tasks.systems import Knobs, TrialMetrics, one_factor_trials, plan, sweep_trial
-from tasks.training import LoopKind, TrainJob, loop_config
+from tasks.training import LoopKind, loop_config
 from tasks.validation import Suite
 from trainer.loops import AsyncLoopConfig
 from trainer.sizing import LocalPlan
@@ -49,12 +49,10 @@ def systems(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         loop = _trial_loop(stage, settings, tasks)
         results = []
         with stage.timed("sweep"):
+            runner = stage.runner()
             for index, knobs in enumerate(one_factor_trials(baseline, **section.sweep.model_dump())):
-                inputs = [knobs.label(), config.trainer.model_dump(mode="json"), section.model_dump(mode="json")]
-                job = TrainJob(
-                    knobs.label(), policy, tasks, knobs.apply(loop), stage.work_dir(f"trial-{index}", inputs)
-                )
-                results.append(sweep_trial(stage.scope, knobs, job))
+                job = stage.train_job(f"trial-{index}-{knobs.label()}", policy, tasks, knobs.apply(loop))
+                results.append(sweep_trial(stage.scope, knobs, job, runner))
         stage.validate(Suite.TRAIN_STEPS)
         chosen = max(results, key=lambda r: r.tokens_per_s)
         sizing = _sizing(stage, policy, settings, chosen.knobs)

@@ -123,6 +123,16 @@ class Catalog:
             for table in STAGE_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE stage = ?", [stage])
 
+    def delete_step(self, stage: str, run: str, source: str, step: int) -> None:
+        """Delete one loop step's rows: its ``train_steps`` row (``run``) and the rollouts ``source`` recorded with it,
+        their turns and tool calls — before the step is written again (a resumed job re-ran it)."""
+        with self._connect() as con:
+            ids = "SELECT id FROM trajectories WHERE stage = ? AND source = ? AND step = ?"
+            for table in ("turns", "tool_calls"):
+                con.execute(f"DELETE FROM {table} WHERE trajectory_id IN ({ids})", [stage, source, step])
+            con.execute("DELETE FROM trajectories WHERE stage = ? AND source = ? AND step = ?", [stage, source, step])
+            con.execute("DELETE FROM train_steps WHERE stage = ? AND run = ? AND step = ?", [stage, run, step])
+
     def add_trajectories(
         self,
         stage: str,

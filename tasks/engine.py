@@ -1,10 +1,14 @@
-"""The engines a stage talks to: in-process for rollouts the trainer drives, over HTTP wherever the wire matters.
+"""The engines a stage talks to, by where generation runs (``EngineSettings.source``, one function per source):
 
-* ``rollout_engine`` — a ``CompletionEngine`` for a stage's rollouts: the local engine in this process (no socket:
-  the fastest path on 2 cores), or a vLLM-compatible URL (backend ``openai``);
-* ``policy_endpoint`` — an OpenAI-compatible URL serving a policy folder: the local engine behind its real HTTP
-  server on loopback (what evals, the TITO check and the MCQ suite talk to, exactly as they would to vLLM), or the
-  configured URL.
+* ``local`` — our engine on the policy in this process: in-process for rollouts the stage drives (no socket: the
+  fastest path on 2 cores), behind its real HTTP server on loopback wherever the wire matters (evals, the TITO check,
+  the MCQ suite talk to it exactly as they would to vLLM);
+* ``url`` — any vLLM-compatible URL (backend ``openai``), serving whatever it serves;
+* ``fleet`` — the run's vLLM engines (backend ``vllm``, ``tasks.fleet``): the policy's weights are loaded into them
+  first (a new folder per version), so the base, a checkpoint and a trained policy all run on the same servers.
+
+``rollout_engine`` gives a ``CompletionEngine`` for a stage's rollouts, ``policy_endpoint`` an OpenAI-compatible URL
+serving a policy folder, ``training_engines`` what a training loop generates on (None: an engine of its own).
 
     with policy_endpoint(policy_dir, EngineSettings(max_model_len=1024)) as endpoint:
         run_eval(EvalSpec(engine=EngineSpec(base_url=endpoint.url, model=endpoint.model, ...)))
@@ -12,15 +16,27 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from envs.faults import FaultPlan
 from envs.harness.engine_client import CompletionEngine, CompletionsClient
 from envs.net import serve_in_thread
 from trainer.engine import Engine, EngineConfig
+from trainer.vllm.remote import RemoteEngines, RemoteFleet
+
+
+class EngineFleet(Protocol):
+    """The run's engine servers (``tasks.fleet.VllmFleet``): started or reattached on first use."""
+
+    root: Path
+    """The fleet's folder (its records, logs, and the weights a stage loads for its own rollouts and evals)."""
+
+    def engines(self, staging: Path) -> RemoteEngines: ...
 
 
 @dataclass(frozen=True)
@@ -33,11 +49,23 @@ class EngineSettings:
     url: str | None = None
     served_model_name: str | None = None
     timeout_s: float = 600.0
+    fleet: EngineFleet | None = None
+    """The run's vLLM engines (backend ``vllm``); takes precedence over ``url``."""
+
+    @property
+    def source(self) -> str:
+        """``fleet``, ``url`` or ``local`` (module docstring)."""
+        return "fleet" if self.fleet is not None else "url" if self.url else "local"
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
             max_num_seqs=self.max_num_seqs, max_model_len=self.max_model_len, compile=self.compile, torch_threads=1
         )
+
+    def fleet_engines(self) -> RemoteEngines:
+        """The fleet's engines, loading into the fleet's own weights folder (a stage's rollouts and evals)."""
+        assert self.fleet is not None
+        return self.fleet.engines(self.fleet.root / "weights").model_copy(update={"timeout_s": self.timeout_s})
 
 
 @dataclass(frozen=True)
@@ -56,16 +84,7 @@ def load_engine(policy_dir: Path, settings: EngineSettings) -> Engine:
 
 
 @asynccontextmanager
-async def rollout_engine(
-    policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None = None
-) -> AsyncIterator[CompletionEngine]:
-    """The engine a stage's rollouts sample from; closed on exit. ``faults`` (``envs.faults``) go around the
-    in-process engine only: a remote engine's failures are its own."""
-    if settings.url:
-        name = settings.served_model_name or policy_dir.name
-        async with CompletionsClient(settings.url, name, timeout_s=settings.timeout_s) as client:
-            yield client
-        return
+async def _local_rollouts(policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None):
     from trainer.engine.completions import EngineCompletions
 
     engine = load_engine(policy_dir, settings)
@@ -75,12 +94,38 @@ async def rollout_engine(
         engine.close()
 
 
+@asynccontextmanager
+async def _url_rollouts(policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None):
+    name = settings.served_model_name or policy_dir.name
+    async with CompletionsClient(settings.url or "", name, timeout_s=settings.timeout_s) as client:
+        yield client
+
+
+@asynccontextmanager
+async def _fleet_rollouts(policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None):
+    engines = await asyncio.to_thread(settings.fleet_engines)
+    async with RemoteFleet(engines, faults.injector("engine") if faults else None) as fleet:
+        await fleet.load(policy_dir)
+        yield fleet
+
+
+ROLLOUT_ENGINES: dict[str, Callable[..., AbstractAsyncContextManager[Any]]] = {
+    "local": _local_rollouts,
+    "url": _url_rollouts,
+    "fleet": _fleet_rollouts,
+}
+
+
+def rollout_engine(
+    policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None = None
+) -> AbstractAsyncContextManager[CompletionEngine]:
+    """The engine a stage's rollouts sample from (by ``settings.source``); closed on exit. ``faults``
+    (``envs.faults``) go around our engines (in process, or the fleet's); a configured URL's failures are its own."""
+    return ROLLOUT_ENGINES[settings.source](policy_dir, settings, faults)
+
+
 @contextmanager
-def policy_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None = None) -> Iterator[Endpoint]:
-    """An OpenAI-compatible endpoint serving ``policy_dir`` (or the configured remote engine)."""
-    if settings.url:
-        yield Endpoint(settings.url, settings.served_model_name or policy_dir.name, str(policy_dir))
-        return
+def _local_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None) -> Iterator[Endpoint]:
     from trainer.engine.server import create_app
 
     served = name or policy_dir.name
@@ -90,3 +135,41 @@ def policy_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None
             yield Endpoint(url, served, str(policy_dir))
     finally:
         engine.close()
+
+
+@contextmanager
+def _url_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None) -> Iterator[Endpoint]:
+    yield Endpoint(settings.url or "", settings.served_model_name or policy_dir.name, str(policy_dir))
+
+
+@contextmanager
+def _fleet_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None) -> Iterator[Endpoint]:
+    engines = settings.fleet_engines()
+
+    async def load() -> None:
+        async with RemoteFleet(engines) as fleet:
+            await fleet.load(policy_dir)
+
+    asyncio.run(load())
+    yield Endpoint(engines.urls[0], engines.model, str(policy_dir))
+
+
+ENDPOINTS: dict[str, Callable[..., AbstractContextManager[Endpoint]]] = {
+    "local": _local_endpoint,
+    "url": _url_endpoint,
+    "fleet": _fleet_endpoint,
+}
+
+
+def policy_endpoint(
+    policy_dir: Path, settings: EngineSettings, name: str | None = None
+) -> AbstractContextManager[Endpoint]:
+    """An OpenAI-compatible endpoint serving ``policy_dir`` (by ``settings.source``; ``name``: the served name of our
+    local engine)."""
+    return ENDPOINTS[settings.source](policy_dir, settings, name)
+
+
+def training_engines(settings: EngineSettings, staging: Path) -> RemoteEngines | None:
+    """What a training loop generates on: the fleet's engines (weights pushed through ``staging``), or None — an
+    engine of the loop's own (a configured URL serves evals only: it has no weight routes we can rely on)."""
+    return settings.fleet.engines(staging) if settings.fleet is not None else None

@@ -130,6 +130,9 @@ class StageManifest(BaseModel):
     """The stage's gate report (``flows.gates.GateReport`` as JSON)."""
     timings: dict[str, float] = Field(default_factory=dict)
     error: str | None = None
+    jobs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Jobs the stage submitted to a cluster, by work folder (``tasks.cluster.JobRecord``): what a resumed stage
+    reattaches to."""
 
 
 def new_run_id(profile: str) -> str:
@@ -218,8 +221,14 @@ class RunStore:
         return [_read_model(path, StageManifest) for path in found]
 
     def relative(self, path: Path) -> str:
-        """``path`` relative to the run folder (manifests store relative paths, so a run folder can move)."""
-        return str(Path(path).resolve().relative_to(self.root.resolve()))
+        """``path`` relative to the run folder (manifests store relative paths, so a run folder can move); a path
+        outside it (shared storage on a cluster) stays absolute."""
+        resolved = Path(path).resolve()
+        return (
+            str(resolved.relative_to(self.root.resolve()))
+            if resolved.is_relative_to(self.root.resolve())
+            else str(resolved)
+        )
 
     def path(self, relative: str) -> Path:
         return self.root / relative

@@ -22,7 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.context import StageScope
-from tasks.training import TrainJob, train
+from tasks.training import TrainerRunner, TrainJob, run_locally, train
 from trainer.local import Layout
 from trainer.loops import AsyncLoopConfig
 from trainer.sizing import LocalPlan, ModelShape, local_plan
@@ -70,9 +70,10 @@ class TrialMetrics:
 
 
 @task(name="sweep-trial", cache_policy=NO_CACHE)
-def sweep_trial(scope: StageScope, knobs: Knobs, job: TrainJob) -> TrialMetrics:
-    """Train ``job`` (a loop with ``knobs`` applied: ``Knobs.apply``) and measure what the knobs trade."""
-    result = train.fn(scope, job)
+def sweep_trial(scope: StageScope, knobs: Knobs, job: TrainJob, runner: TrainerRunner = run_locally) -> TrialMetrics:
+    """Train ``job`` (a loop with ``knobs`` applied: ``Knobs.apply``) through ``runner`` and measure what the knobs
+    trade."""
+    result = train.fn(scope, job, runner)
     records = result.history.steps
     wall = result.history.wall_s
     return TrialMetrics(

@@ -13,6 +13,14 @@ recipe cluster submit --profile P --address http://HOST:8265 [--dry-run] [--time
 recipe cluster engine --profile P [--host H] [--port N]
     prints the ``vllm serve`` line of one of the profile's engines (loopback unless --host), its RL control routes,
     and the ``--set`` overrides that point our harness at it.
+recipe cluster up --profile cluster-cpu [--set KEY=VALUE ...]
+    starts the one-machine Ray cluster the profile describes (``cluster.local``: a head and its workers as separate
+    ``ray start`` processes with their own resources; the dashboard on ``cluster.ray_address``'s port); its state goes
+    to ``.cluster/<profile>/cluster.json``. Returns once every node is alive.
+recipe cluster down --profile cluster-cpu
+    stops that cluster: every process it started, and nothing else (jobs and engines on it end with it).
+recipe cluster status --profile P
+    the cluster's alive nodes and their resources, and every job it knows (id, status, entry point).
 
 A profile without a cluster section or hub/folder policy, an unknown arm, a setting SkyRL cannot express or an
 unreachable cluster ends with one ``recipe: error:`` line and exit 2.
@@ -169,6 +177,67 @@ def _engine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The profile's one-machine cluster (``cluster.local``), its state under ``.cluster/<profile>/``."""
+    from urllib.parse import urlparse
+
+    from flows.config import load_profile
+    from flows.placement import REPO_ROOT, repo_path
+    from trainer.cluster.local_cluster import LocalCluster, LocalNode
+
+    config = load_profile(args.profile, args.set)
+    cluster = config.cluster
+    if cluster is None or cluster.local is None or not cluster.ray_address:
+        raise ClusterError(
+            f"profile {config.profile!r} describes no cluster on this machine (cluster.local and cluster.ray_address; "
+            "see deployments/profiles/cluster-cpu.yaml)"
+        )
+    port = urlparse(cluster.ray_address).port or 8265
+    nodes = [LocalNode(n.num_cpus, dict(n.resources)) for n in cluster.local.workers]
+    head = LocalNode(cluster.local.head.num_cpus, dict(cluster.local.head.resources))
+    root = REPO_ROOT / ".cluster" / config.profile
+    python = repo_path(cluster.python)
+    return LocalCluster(
+        root, dashboard_port=port, gcs_port=cluster.local.gcs_port, workers=nodes, head=head, python=python
+    )
+
+
+def _up(args: argparse.Namespace) -> int:
+    import time
+
+    cluster = _local_cluster(args)
+    tick = time.monotonic()
+    state = cluster.start()
+    print(f"cluster up in {time.monotonic() - tick:.0f} s: {len(state.pids)} nodes, dashboard {state.dashboard}")
+    print(f"stop it with: recipe cluster down --profile {args.profile}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    cluster = _local_cluster(args)
+    cluster.stop()
+    print("cluster stopped")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from flows.config import load_profile
+    from trainer.cluster.jobs import RayJobs
+    from trainer.cluster.local_cluster import alive_nodes
+
+    config = load_profile(args.profile, args.set)
+    if config.cluster is None or not config.cluster.ray_address:
+        raise ClusterError(f"profile {config.profile!r} names no cluster (cluster.ray_address)")
+    address = config.cluster.ray_address
+    nodes = alive_nodes(address)
+    print(f"{address}: {len(nodes)} alive node(s)")
+    for node in nodes:
+        print(f"  {node['node_id'][:12]}  {node['resources']}")
+    for job in RayJobs(address).listing():
+        print(f"  job {job['submission_id']}  {job['status']:<9}  {job['entrypoint']}")
+    return 0
+
+
 def _render_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", required=True, help="a cluster profile name or path (qwen36-35b, qwen35-397b)")
     parser.add_argument("--arm", help="the ablation arm to run (default: the profile's stages.ablations.prior)")
@@ -177,7 +246,9 @@ def _render_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    cluster = commands.add_parser("cluster", help="SkyRL on a Ray cluster: render, submit (Ray Jobs), engine spec")
+    cluster = commands.add_parser(
+        "cluster", help="Ray clusters: a local one (up, down, status), SkyRL overrides, submission, an engine's spec"
+    )
     sub = cluster.add_subparsers(dest="cluster_command", required=True)
     render = sub.add_parser("render", help="print the SkyRL overrides of a profile's hero run")
     _render_flags(render)
@@ -196,6 +267,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     engine.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
     engine.add_argument("--port", type=port, default=8000)
     engine.set_defaults(handler=_engine)
+    for name, handler, what in (
+        ("up", _up, "start the profile's one-machine Ray cluster (cluster.local)"),
+        ("down", _down, "stop the profile's one-machine Ray cluster"),
+        ("status", _status, "the cluster's nodes and jobs"),
+    ):
+        command = sub.add_parser(name, help=what)
+        command.add_argument("--profile", required=True, help="a profile with a cluster section (cluster-cpu)")
+        command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change a profile value")
+        command.set_defaults(handler=handler)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
-"""The one path for every job a stage hands to a Ray cluster: submit, follow, stop, look up — through the Jobs API.
+"""The one path for every job a stage hands to a Ray cluster: submit, follow, stop, look up — Ray's Jobs REST API.
 
-A job is ``python -m <module> <args...>`` run in a copy of this repository (the runtime env's ``working_dir``,
-ignoring ``EXCLUDES``) on a node that has the job's ``resources`` (``entrypoint_resources``: a CPU cluster names its
-trainer nodes ``{"trainer": 1}``), with its ``submission_id`` chosen by the caller — so a caller that died can find
-its job again by the id it recorded, and a resubmission is a new id, never a second copy of a running one.
+A job is ``python -m <module> <args...>`` run in a copy of this repository (zipped by Ray's own packaging helper,
+ignoring ``EXCLUDES`` and what ``.gitignore`` ignores, and uploaded once per content) on a node that has the job's
+``resources`` (``entrypoint_resources``: a CPU cluster names its trainer nodes ``{"trainer": 1}``), with its
+``submission_id`` chosen by the caller — so a caller that died can find its job again by the id it recorded, and a
+resubmission is a new id, never a second copy of a running one.
 
-Every call to the cluster is bounded: the Jobs SDK's requests have no timeout of their own, so each runs in a daemon
-thread waited for at most ``request_timeout_s`` (``JobsError`` past it). ``follow`` polls the job's status and log
-(``get_job_logs``; the log's new text each time) until the job ends, calling back with new log text and on every
-poll (a caller ingests shards, checks for cancellation there), and stops the job past its deadline.
+The client speaks the dashboard's HTTP API with ``httpx`` (``/api/jobs/``, ``/api/packages/``): no ``ray[default]``
+on the submitting side (Ray's own SDK refuses to start without the dashboard's extras), and every call is bounded by
+``request_timeout_s`` (the upload by ``UPLOAD_TIMEOUT_S``). ``follow`` polls the job's status and log until it ends,
+calling back with new log text and on every poll (a caller ingests shards and checks for cancellation there), and
+stops the job past its deadline.
 
     jobs = RayJobs("http://127.0.0.1:8265")
     job_id = jobs.submit(JobCommand("trainer.cluster.train_job", [str(spec)]), submission_id="rl-recipe-...")
@@ -19,14 +21,16 @@ Killing the process that follows a job does not touch the job: Ray runs it apart
 
 from __future__ import annotations
 
-import os
+import logging
 import shlex
-import threading
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+
+import httpx
 
 from envs.errors import RecipeError
 
@@ -35,7 +39,7 @@ EXCLUDES = [".git", ".venv*", "data/", "runs/", "models/", ".prefect/", "**/__py
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 ACTIVE = frozenset({"PENDING", "RUNNING"})
 POLL_S = 2.0
-T = TypeVar("T")
+UPLOAD_TIMEOUT_S = 300.0
 
 
 class JobsError(RecipeError, RuntimeError):
@@ -67,94 +71,106 @@ class JobCommand:
         }
 
 
-def bounded(call: Callable[[], T], timeout_s: float, what: str) -> T:
-    """``call()`` in a daemon thread, waited for at most ``timeout_s``; its error, or the wait, as ``JobsError``."""
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = call()
-        except BaseException as error:
-            result["error"] = error
-
-    thread = threading.Thread(target=target, name=f"ray-jobs-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise JobsError(f"{what}: no answer from the Ray cluster within {timeout_s:g} s")
-    if "error" in result:
-        error = result["error"]
-        raise JobsError(f"{what}: {type(error).__name__}: {' '.join(str(error).split())[:400]}") from error
-    return result["value"]
-
-
 class RayJobs:
     """The Jobs API of the cluster whose dashboard is at ``address`` (``http://HOST:8265``)."""
 
-    def __init__(self, address: str, request_timeout_s: float = 30.0, client: Any = None) -> None:
-        """``client``: a ``JobSubmissionClient`` stand-in (tests); by default one is connected to ``address``."""
+    def __init__(
+        self, address: str, request_timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        """``transport``: an httpx transport to answer instead of a cluster (tests)."""
         if not address.startswith(("http://", "https://")):
             raise JobsError(f"address {address!r} is not a Ray dashboard URL (http://HOST:8265)")
-        self.address, self.request_timeout_s = address, request_timeout_s
-        if client is None:
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster without token auth (ray 2.5x+)
-            from ray.job_submission import JobSubmissionClient
+        self.address = address.rstrip("/")
+        self._http = httpx.Client(base_url=self.address, timeout=request_timeout_s, transport=transport)
 
-            client = bounded(lambda: JobSubmissionClient(address), request_timeout_s, f"connect to {address}")
-        self._client = client
+    def _request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as error:
+            raise JobsError(f"connect to {self.address}: {error}") from None
+        except httpx.TimeoutException as error:
+            raise JobsError(
+                f"{what}: no answer from the Ray cluster at {self.address} ({type(error).__name__})"
+            ) from None
+        except httpx.HTTPError as error:
+            raise JobsError(f"{what}: {type(error).__name__}: {error}") from None
+        if response.status_code >= 400 and response.status_code != 404:
+            raise JobsError(f"{what}: HTTP {response.status_code}: {' '.join(response.text.split())[:400]}")
+        return response
 
-    def _call(self, call: Callable[[], T], what: str, timeout_s: float | None = None) -> T:
-        return bounded(call, timeout_s or self.request_timeout_s, what)
+    def _json(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, what, **kwargs)
+        if response.status_code == 404:
+            raise JobsError(f"{what}: {path} does not exist on {self.address}")
+        try:
+            return response.json()
+        except ValueError:
+            raise JobsError(f"{what}: the reply is not JSON: {response.text[:200]!r}") from None
+
+    def upload(self, working_dir: Path) -> str:
+        """``working_dir`` as a package on the cluster (uploaded unless one with its content is there); its URI."""
+        from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
+
+        # Ray's helper logs each .gitignore it honours at INFO: a screen of noise per submission.
+        logging.getLogger("ray._private.runtime_env.packaging").setLevel(logging.WARNING)
+        uri = get_uri_for_directory(str(working_dir), include_gitignore=True, excludes=EXCLUDES)
+        protocol, name = uri.split("://", 1)
+        path = f"/api/packages/{protocol}/{name}"
+        if self._request("GET", path, "look up the package").status_code == 200:
+            return uri
+        with tempfile.TemporaryDirectory() as tmp:
+            package = Path(tmp) / name
+            create_package(str(working_dir), package, include_gitignore=True, excludes=EXCLUDES)
+            self._request("PUT", path, "upload the working dir", content=package.read_bytes(), timeout=UPLOAD_TIMEOUT_S)
+        return uri
 
     def submit(
         self, command: JobCommand, submission_id: str | None = None, metadata: Mapping[str, str] | None = None
     ) -> str:
-        """Submit ``command``; its job id (``submission_id`` when given)."""
-        return self._call(
-            lambda: self._client.submit_job(
-                entrypoint=command.entrypoint(),
-                submission_id=submission_id,
-                runtime_env=command.runtime_env(),
-                metadata=dict(metadata or {}),
-                entrypoint_num_cpus=0,
-                entrypoint_resources=dict(command.resources) or None,
-            ),
-            "submit job",
-            max(self.request_timeout_s, 120.0),  # the working dir is uploaded first
-        )
-
-    def status(self, job_id: str) -> str:
-        status = self._call(lambda: self._client.get_job_status(job_id), "job status")
-        return str(getattr(status, "value", status))
+        """Submit ``command`` (its working dir uploaded first); its job id (``submission_id`` when given)."""
+        runtime_env = command.runtime_env() | {"working_dir": self.upload(command.working_dir)}
+        runtime_env.pop("excludes")
+        body = {
+            "entrypoint": command.entrypoint(),
+            "submission_id": submission_id,
+            "runtime_env": runtime_env,
+            "metadata": dict(metadata or {}),
+            "entrypoint_num_cpus": 0,
+            "entrypoint_resources": dict(command.resources) or None,
+        }
+        return str(self._json("POST", "/api/jobs/", "submit job", json=body)["submission_id"])
 
     def find(self, job_id: str) -> str | None:
         """The job's status, or None when the cluster does not know the id (a restarted cluster, a typo)."""
-        try:
-            return self.status(job_id)
-        except JobsError as error:
-            if "does not exist" in str(error) or "404" in str(error):
-                return None
-            raise
+        response = self._request("GET", f"/api/jobs/{job_id}", "job status")
+        if response.status_code == 404:
+            return None
+        return str(response.json()["status"])
+
+    def status(self, job_id: str) -> str:
+        status = self.find(job_id)
+        if status is None:
+            raise JobsError(f"job status: the cluster at {self.address} knows no job {job_id!r}")
+        return status
 
     def logs(self, job_id: str) -> str:
-        return self._call(lambda: self._client.get_job_logs(job_id), "job logs")
+        return str(self._json("GET", f"/api/jobs/{job_id}/logs", "job logs").get("logs", ""))
 
     def stop(self, job_id: str) -> bool:
         """Ask the job to stop (SIGTERM to its entry point, SIGKILL after Ray's grace period); False if it had ended."""
-        return bool(self._call(lambda: self._client.stop_job(job_id), "stop job"))
+        return bool(self._json("POST", f"/api/jobs/{job_id}/stop", "stop job").get("stopped", False))
 
     def listing(self) -> list[dict[str, Any]]:
-        """Every job the cluster knows: id, status, entry point, metadata."""
-        details = self._call(self._client.list_jobs, "list jobs")
+        """Every job the cluster knows: id, status, entry point, metadata, the node its driver ran on."""
         return [
             {
-                "submission_id": d.submission_id,
-                "status": str(getattr(d.status, "value", d.status)),
-                "entrypoint": d.entrypoint,
-                "metadata": d.metadata or {},
-                "driver_node_id": d.driver_node_id,
+                "submission_id": job.get("submission_id"),
+                "status": job.get("status"),
+                "entrypoint": job.get("entrypoint"),
+                "metadata": job.get("metadata") or {},
+                "driver_node_id": job.get("driver_node_id"),
             }
-            for d in details
+            for job in self._json("GET", "/api/jobs/", "list jobs")
         ]
 
     def follow(
@@ -167,8 +183,8 @@ class RayJobs:
         poll_s: float = POLL_S,
     ) -> str:
         """Poll the job until it ends: its final status, or ``TIMEOUT`` after ``timeout_s`` (the job is then stopped).
-        ``on_log`` gets each poll's new log text; ``on_poll`` runs after every poll and at the end (it may raise to
-        stop following: the job goes on)."""
+        ``on_log`` gets each poll's new log text; ``on_poll`` runs after every poll (it may raise to stop following:
+        the job goes on)."""
         deadline, shown = time.monotonic() + timeout_s, 0
         while True:
             status = self.status(job_id)

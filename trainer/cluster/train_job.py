@@ -91,6 +91,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m trainer.cluster.train_job SPEC.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per completion request would drown the steps
     spec = TrainJobSpec.read(Path(argv[0]))
     history = run(spec)
     print(f"[job {spec.label}] done: {len(history.steps)} steps in {history.wall_s:.1f} s", flush=True)

