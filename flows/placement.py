@@ -118,19 +118,29 @@ def stop_engines(config: RecipeConfig, store: RunStore) -> None:
         stop_fleet(shared_root(config, store) / "engines", cluster_target(config, store))
 
 
-def _local_runner(target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
+def _local_runner(config: RecipeConfig, target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
     return run_locally
 
 
-def _ray_job_runner(target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
+def _ray_job_runner(config: RecipeConfig, target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
     assert target is not None  # needs_cluster holds for this backend; cluster_target raised otherwise
     return RayJobRunner(target, ledger)
 
 
-TRAINER_RUNNERS: dict[TrainerBackend, Callable[[ClusterTarget | None, JobLedger], TrainerRunner]] = {
+def _skyrl_runner(config: RecipeConfig, target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
+    from flows.skyrl_jobs import skyrl_entry
+
+    assert target is not None
+    return RayJobRunner(target, ledger, skyrl_entry(config))
+
+
+TRAINER_RUNNERS: dict[TrainerBackend, Callable[[RecipeConfig, ClusterTarget | None, JobLedger], TrainerRunner]] = {
     TrainerBackend.LOCAL: _local_runner,
     TrainerBackend.RAY_JOB: _ray_job_runner,
+    TrainerBackend.SKYRL: _skyrl_runner,
 }
+"""Where a training loop runs, by trainer backend: one ``TrainerRunner`` each (a Ray Job's entry is the only
+difference between ``ray_job`` and ``skyrl``)."""
 
 
 # --- preflight -------------------------------------------------------------------------------------------------------
@@ -154,8 +164,6 @@ def preflight(config: RecipeConfig) -> None:
             f"policy.source hub ({policy.hub_id}) needs engines that serve it: backends.engine vllm (the run's "
             "vLLM engines) or openai with engine.url; the local engine loads policy folders only"
         )
-    if config.backends.trainer is TrainerBackend.SKYRL and TrainerBackend.SKYRL not in TRAINER_RUNNERS:
-        raise PlacementError("backends.trainer skyrl is not available in this build")
     if not needs_cluster(config):
         if config.backends.engine is EngineBackend.VLLM:
             _check_vllm_here(config)

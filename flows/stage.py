@@ -174,7 +174,7 @@ class StageRun:
 
     def runner(self) -> TrainerRunner:
         """Where this run's training loops run (the trainer backend)."""
-        return TRAINER_RUNNERS[self.config.backends.trainer](cluster_target(self.config, self.store), self)
+        return TRAINER_RUNNERS[self.config.backends.trainer](self.config, cluster_target(self.config, self.store), self)
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:

@@ -123,15 +123,21 @@ class Catalog:
             for table in STAGE_TABLES:
                 con.execute(f"DELETE FROM {table} WHERE stage = ?", [stage])
 
-    def delete_step(self, stage: str, run: str, source: str, step: int) -> None:
-        """Delete one loop step's rows: its ``train_steps`` row (``run``) and the rollouts ``source`` recorded with it,
-        their turns and tool calls — before the step is written again (a resumed job re-ran it)."""
+    def delete_rollouts(self, stage: str, source: str, step: int) -> None:
+        """Delete the rollouts ``source`` recorded with loop step ``step``, their turns and tool calls (the step is
+        about to be written again: a resumed job re-ran it)."""
         with self._connect() as con:
             ids = "SELECT id FROM trajectories WHERE stage = ? AND source = ? AND step = ?"
             for table in ("turns", "tool_calls"):
                 con.execute(f"DELETE FROM {table} WHERE trajectory_id IN ({ids})", [stage, source, step])
             con.execute("DELETE FROM trajectories WHERE stage = ? AND source = ? AND step = ?", [stage, source, step])
-            con.execute("DELETE FROM train_steps WHERE stage = ? AND run = ? AND step = ?", [stage, run, step])
+
+    def replace_step(self, row: Mapping[str, Any]) -> None:
+        """Write a ``train_steps`` row in place of the one with its stage, run and step (if any)."""
+        where = [row["stage"], row["run"], row["step"]]
+        with self._connect() as con:
+            con.execute("DELETE FROM train_steps WHERE stage = ? AND run = ? AND step = ?", where)
+        self.append("train_steps", [row])
 
     def add_trajectories(
         self,

@@ -17,6 +17,11 @@ backend runs the loop in its own process, and gets the same ``TrainResult`` with
 4. **cancel**: when the Prefect flow run is being cancelled (checked every ``CANCEL_CHECK_S``), the job is stopped
    and the stage ends with ``JobCancelled``.
 
+What the job runs is its ``JobEntry``: our loops and the local trainer (``OUR_LOOPS``: ``trainer.cluster.train_job``,
+steps and rollouts as shards, history and checkpoints in the job's folder) or SkyRL's trainer with our generator
+(``SkyRLEntry``: ``trainer.skyrl.main`` with the loop rendered as overrides; rollouts as shards from our generator,
+steps from SkyRL's metric blocks in the log, the policy from its newest HF export). Nothing else differs.
+
     runner = RayJobRunner(ClusterTarget(address="http://127.0.0.1:8265", root=run_root, ...), ledger)
     result = train(scope, TrainJob("overfit", base_dir, tasks, loop, out_dir), runner)
 """
@@ -24,10 +29,10 @@ backend runs the loop in its own process, and gets the same ``TrainResult`` with
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -39,11 +44,14 @@ from tasks.training import TrainJob, TrainResult, final_policy, step_row, train_
 from trainer.cluster.jobs import ACTIVE, JobCommand, RayJobs
 from trainer.cluster.shards import ShardReader
 from trainer.cluster.train_job import TrainJobSpec
-from trainer.loops import AsyncLoopConfig, LoopHistory
+from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord
 from trainer.loops.config import LoopKind
 from trainer.loops.history import HISTORY_FILE
+from trainer.skyrl.metrics import metric_blocks, train_step_rows
 
 TRAIN_MODULE = "trainer.cluster.train_job"
+SKYRL_MODULE = "trainer.skyrl.main"
+SPEC_FILE = "spec.json"
 CANCEL_CHECK_S = 10.0
 LOG_TAIL_CHARS = 3000
 
@@ -97,26 +105,97 @@ class ClusterTarget:
         return f"rl-recipe-{self.run_id}-{stage_folder}-{key}-{submission}"
 
 
+class JobEntry(Protocol):
+    """What a training job runs, and how its steps and result are read back (``OUR_LOOPS``, ``SkyRLEntry``)."""
+
+    def command(self, spec: TrainJobSpec, target: ClusterTarget, stage: str) -> JobCommand: ...
+
+    def log_steps(self, log: str, stage: str, label: str) -> list[dict[str, Any]]:
+        """``train_steps`` rows the job's log carries (ours: none, the shards do)."""
+        ...
+
+    def result(self, spec: TrainJobSpec, steps: list[dict[str, Any]]) -> TrainResult: ...
+
+
+class OurLoops:
+    """Our loops and the local trainer: ``python -m trainer.cluster.train_job SPEC``."""
+
+    def command(self, spec: TrainJobSpec, target: ClusterTarget, stage: str) -> JobCommand:
+        return JobCommand(
+            TRAIN_MODULE, [str(spec.out_dir / SPEC_FILE)], target.python, resources=target.trainer_resources
+        )
+
+    def log_steps(self, log: str, stage: str, label: str) -> list[dict[str, Any]]:
+        return []
+
+    def result(self, spec: TrainJobSpec, steps: list[dict[str, Any]]) -> TrainResult:
+        history = LoopHistory.model_validate_json((spec.out_dir / HISTORY_FILE).read_bytes())
+        return TrainResult(history, final_policy(spec.out_dir, spec.label))
+
+
+OUR_LOOPS = OurLoops()
+
+
+@dataclass(frozen=True)
+class SkyRLEntry:
+    """SkyRL's trainer with our generator: ``python -m trainer.skyrl.main OVERRIDES`` (``overrides`` renders a loop
+    for its stage); our task set, the job's tasks and its shard folder travel as environment variables."""
+
+    overrides: Callable[[TrainJobSpec, str], list[str]]
+    data_dir: Path
+
+    def command(self, spec: TrainJobSpec, target: ClusterTarget, stage: str) -> JobCommand:
+        env = {
+            "RECIPE_DATA_DIR": str(self.data_dir),
+            "RECIPE_TASKS_FILE": str(spec.tasks_file),
+            "RECIPE_SHARDS_DIR": str(spec.shards),
+        }
+        return JobCommand(SKYRL_MODULE, self.overrides(spec, stage), target.python, env, target.trainer_resources)
+
+    def log_steps(self, log: str, stage: str, label: str) -> list[dict[str, Any]]:
+        return train_step_rows(metric_blocks(log.splitlines()), stage=stage, run=label)
+
+    def result(self, spec: TrainJobSpec, steps: list[dict[str, Any]]) -> TrainResult:
+        exports = sorted(spec.out_dir.glob("exports/global_step_*/policy"), key=lambda p: int(p.parent.name[12:]))
+        if not exports or not (exports[-1] / "config.json").is_file():
+            raise JobFailed(f"the SkyRL job of {spec.label} exported no policy under {spec.out_dir / 'exports'}")
+        empty = {"reward_mean": 0.0, "pass_rate": 0.0, "trajectories": 0, "groups_dropped": 0, "trained": False}
+        fields = StepRecord.model_fields
+        records = [StepRecord.model_validate(empty | {k: v for k, v in row.items() if k in fields}) for row in steps]
+        return TrainResult(LoopHistory(kind="skyrl", steps=records), exports[-1])
+
+
 class _Ingest:
-    """Shards → catalog, a step at a time; moves the progress artifact to the newest step seen."""
+    """Shards (and the log's step rows) → catalog, a step at a time; moves the progress artifact."""
 
     def __init__(self, scope: StageScope, job: TrainJob, spec: TrainJobSpec, progress: ProgressArtifact) -> None:
         self.scope, self.job, self.progress = scope, job, progress
         self.reader = ShardReader(spec.shards)
         self.by_id = {t.task_id: t for t in job.tasks}
         self.newest = 0
+        self.rows: dict[int, dict[str, Any]] = {}
 
-    def __call__(self) -> None:
+    def __call__(self, log_rows: list[dict[str, Any]]) -> None:
         stage, label, catalog = self.scope.stage, self.job.label, self.scope.catalog
+        source = train_source(label)
         for shards in self.reader.changed():
-            catalog.delete_step(stage, label, train_source(label), shards.step)
-            catalog.add_trajectories(stage, train_source(label), label, shards.trajectories, self.by_id, shards.step)
+            catalog.delete_rollouts(stage, source, shards.step)
+            catalog.add_trajectories(stage, source, label, shards.trajectories, self.by_id, shards.step)
             if shards.record is not None:
-                catalog.append("train_steps", [step_row(stage, label, shards.record)])
-                if shards.step > self.newest:
-                    note = f"step {shards.step}: reward {shards.record.reward_mean:.3f}"
-                    self.progress.advance(note, by=shards.step - self.newest)
-                    self.newest = shards.step
+                self._step(step_row(stage, label, shards.record))
+        for row in log_rows:
+            self._step(row)
+
+    def _step(self, row: dict[str, Any]) -> None:
+        if self.rows.get(row["step"]) == row:
+            return
+        self.scope.catalog.replace_step(row)
+        self.rows[row["step"]] = row
+        if row["step"] > self.newest:
+            self.progress.advance(
+                f"step {row['step']}: reward {row.get('reward_mean') or 0:.3f}", row["step"] - self.newest
+            )
+            self.newest = row["step"]
 
 
 def _cancel_requested() -> bool:
@@ -140,8 +219,8 @@ def _cancel_requested() -> bool:
 class RayJobRunner:
     """A ``TrainerRunner`` that runs the loop as a Ray Job (module docstring)."""
 
-    def __init__(self, target: ClusterTarget, ledger: JobLedger, module: str = TRAIN_MODULE) -> None:
-        self.target, self.ledger, self.module = target, ledger, module
+    def __init__(self, target: ClusterTarget, ledger: JobLedger, entry: JobEntry = OUR_LOOPS) -> None:
+        self.target, self.ledger, self.entry = target, ledger, entry
 
     def spec(self, scope: StageScope, job: TrainJob) -> TrainJobSpec:
         """The job's spec, written with its tasks into its folder on shared storage."""
@@ -158,7 +237,7 @@ class RayJobRunner:
             out_dir=job_dir.resolve(),
             shards=(job_dir / "shards").resolve(),
         )
-        spec.write(job_dir / "spec.json")
+        spec.write(job_dir / SPEC_FILE)
         return spec
 
     def __call__(self, scope: StageScope, job: TrainJob) -> TrainResult:
@@ -167,24 +246,33 @@ class RayJobRunner:
         with ProgressArtifact(scope.folder, f"train-{job.label}", total=job.loop.steps) as progress:
             ingest = _Ingest(scope, job, spec, progress)
             while True:
-                record = self._attach_or_submit(jobs, scope.folder, key, spec)
-                status = self._follow(jobs, record.job_id, ingest)
+                record = self._attach_or_submit(jobs, scope, key, spec)
+                watch = _Watch(
+                    jobs, record.job_id, lambda text: ingest(self.entry.log_steps(text, scope.stage, job.label))
+                )
+                status = jobs.follow(
+                    record.job_id, timeout_s=self.target.job_timeout_s, on_log=watch.on_log, on_poll=watch.on_poll
+                )
                 self.ledger.record_job(key, record.model_copy(update={"status": status}))
-                ingest()
+                watch.text = jobs.logs(record.job_id)
+                watch.ingest(watch.text)
                 if status == "SUCCEEDED":
                     break
-                tail = jobs.logs(record.job_id)[-LOG_TAIL_CHARS:]
+                tail = watch.text[-LOG_TAIL_CHARS:]
                 if status == "TIMEOUT" or record.submissions >= self.target.max_job_attempts:
                     raise JobFailed(
                         f"training job {record.job_id} ended {status} after {record.submissions} submission(s); "
                         f"its log ends:\n{tail}"
                     )
-                log("job %s ended %s; resubmitting from its newest checkpoint. Its log ends:\n%s", record.job_id,
-                    status, tail)  # fmt: skip
-        history = LoopHistory.model_validate_json((spec.out_dir / HISTORY_FILE).read_bytes())
-        return TrainResult(history, final_policy(spec.out_dir, job.label))
+                log(
+                    "job %s ended %s; resubmitting from its newest checkpoint; its log ends:\n%s",
+                    record.job_id,
+                    status,
+                    tail,
+                )
+        return self.entry.result(spec, [ingest.rows[step] for step in sorted(ingest.rows)])
 
-    def _attach_or_submit(self, jobs: RayJobs, folder: str, key: str, spec: TrainJobSpec) -> JobRecord:
+    def _attach_or_submit(self, jobs: RayJobs, scope: StageScope, key: str, spec: TrainJobSpec) -> JobRecord:
         """The recorded job when it is still alive or finished well; else a new submission (module docstring)."""
         record = self.ledger.job(key)
         if record is not None:
@@ -193,32 +281,33 @@ class RayJobRunner:
                 log("job %s is %s: following it (not resubmitting)", record.job_id, status)
                 return record
         submissions = (record.submissions if record else 0) + 1
-        job_id = self.target.submission_id(folder, key, submissions)
-        command = JobCommand(
-            self.module, [str(spec.out_dir / "spec.json")], self.target.python, resources=self.target.trainer_resources
-        )
-        metadata = {"run": self.target.run_id, "stage": folder, "job": key}
-        jobs.submit(command, submission_id=job_id, metadata=metadata)
+        job_id = self.target.submission_id(scope.folder, key, submissions)
+        metadata = {"run": self.target.run_id, "stage": scope.folder, "job": key}
+        jobs.submit(self.entry.command(spec, self.target, scope.stage), submission_id=job_id, metadata=metadata)
         record = JobRecord(job_id=job_id, submissions=submissions)
         self.ledger.record_job(key, record)
         log("submitted job %s (submission %d) to %s", job_id, submissions, self.target.address)
         return record
 
-    def _follow(self, jobs: RayJobs, job_id: str, ingest: _Ingest) -> str:
-        last_check = [time.monotonic()]
 
-        def on_poll() -> None:
-            ingest()
-            if time.monotonic() - last_check[0] >= CANCEL_CHECK_S:
-                last_check[0] = time.monotonic()
-                if _cancel_requested():
-                    jobs.stop(job_id)
-                    raise JobCancelled(f"the flow run was cancelled: job {job_id} stopped")
+class _Watch:
+    """What happens while a job is followed: its log into the Prefect run (and kept whole for the entry's step rows),
+    ``ingest`` after every poll, and a stop of the job when the flow run is being cancelled."""
 
-        return jobs.follow(job_id, timeout_s=self.target.job_timeout_s, on_log=_log_lines, on_poll=on_poll)
+    def __init__(self, jobs: RayJobs, job_id: str, ingest: Callable[[str], None]) -> None:
+        self.jobs, self.job_id, self.ingest = jobs, job_id, ingest
+        self.text, self.checked = "", time.monotonic()
 
+    def on_log(self, text: str) -> None:
+        self.text += text
+        for line in text.splitlines():
+            if line.strip():
+                log("[job] %s", line)
 
-def _log_lines(text: str) -> None:
-    for line in text.splitlines():
-        if line.strip():
-            log("[job] %s", line)
+    def on_poll(self) -> None:
+        self.ingest(self.text)
+        if time.monotonic() - self.checked >= CANCEL_CHECK_S:
+            self.checked = time.monotonic()
+            if _cancel_requested():
+                self.jobs.stop(self.job_id)
+                raise JobCancelled(f"the flow run was cancelled: job {self.job_id} stopped")

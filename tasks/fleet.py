@@ -35,7 +35,6 @@ from tasks.artifacts import log
 from tasks.cluster import ClusterTarget
 from trainer.cluster.engine_job import FleetSpec, FleetState
 from trainer.cluster.jobs import ACTIVE, JobCommand, JobsError
-from trainer.vllm.launch import vllm_serve_spec
 from trainer.vllm.remote import EngineKind, RemoteEngines
 from trainer.vllm.server import VllmServer, healthy
 
@@ -82,7 +81,9 @@ class VllmFleet:
         try:
             for index in range(self.spec.engines):
                 log("starting vLLM engine %d of %d serving %s here", index + 1, self.spec.engines, self.spec.model)
-                server = VllmServer(self._launch(index), self.spec.logs_dir / f"engine-{index}.log")
+                host = self.spec.host or LOOPBACK
+                launch = self.spec.launch(host, free_port(host), index)
+                server = VllmServer(launch, self.spec.logs_dir / f"engine-{index}.log", self.spec.start_timeout_s)
                 server.start()
                 servers.append(server)
                 log("engine %d answers on %s after %.0f s", index, server.base_url, server.start_s or 0)
@@ -92,23 +93,6 @@ class VllmFleet:
             raise
         _LOCAL[self.root] = (self.digest, servers)
         return [server.base_url for server in servers]
-
-    def _launch(self, index: int):  # type: ignore[no-untyped-def]
-        spec, host = self.spec, self.spec.host or LOOPBACK
-        return vllm_serve_spec(
-            spec.model,
-            tensor_parallel=spec.tensor_parallel,
-            max_model_len=spec.max_model_len,
-            device=spec.device,
-            python=spec.python,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            max_num_seqs=spec.max_num_seqs,
-            host=host,
-            port=free_port(host),
-            served_model_name=spec.served_model_name,
-            seed=spec.seed + index,
-            kv_cache_gib=spec.kv_cache_gib,
-        )
 
     # --- on the cluster -----------------------------------------------------------------------------------------
 
@@ -135,8 +119,8 @@ class VllmFleet:
         self.spec.write(self.root / SPEC_FILE)
         command = JobCommand(ENGINE_MODULE, [str(self.root / SPEC_FILE)], self.cluster.python)
         jobs.submit(command, submission_id=job_id, metadata={"run": self.cluster.run_id, "role": "engines"})
-        atomic_write_text(self.root / RECORD_FILE, FleetRecord(job_id=job_id, digest=self.digest, starts=starts)
-                          .model_dump_json())  # fmt: skip
+        record = FleetRecord(job_id=job_id, digest=self.digest, starts=starts)
+        atomic_write_text(self.root / RECORD_FILE, record.model_dump_json())
         log("engine job %s submitted: %d engine(s) serving %s", job_id, self.spec.engines, self.spec.model)
         return self._wait_for_state(jobs, job_id)
 

@@ -47,57 +47,27 @@ class ClusterError(RecipeError, ValueError):
 
 def skyrl_run(config: RecipeConfig, arm: str | None = None, storage: str | None = None) -> SkyRLRun:
     """The profile's hero run with the ablation arm ``arm`` (default: the recipe's prior) as a ``SkyRLRun``."""
-    from envs.harness.agent import HarnessConfig
-    from flows.commands.plan import cluster_layout
     from flows.config import PolicySource
-    from trainer.algorithms.config import AlgorithmConfig
-    from trainer.skyrl.render import DEFAULT_STORAGE, RolloutPlan, SkyRLRun
+    from flows.skyrl_jobs import base_model, planned_loops, skyrl_run_for
+    from trainer.skyrl.render import DEFAULT_STORAGE
 
-    cluster, policy = config.cluster, config.policy
-    if cluster is None:
+    if config.cluster is None:
         raise ClusterError(f"profile {config.profile!r} has no cluster section (try qwen36-35b or qwen35-397b)")
-    if policy.source is PolicySource.BOOTSTRAP:
+    if config.policy.source is PolicySource.BOOTSTRAP:
         raise ClusterError(f"profile {config.profile!r}: a cluster run needs policy.source hub or folder")
     ablations = config.stages.ablations
     name = arm or ablations.prior
     if name not in ablations.arms:
         raise ClusterError(f"no ablation arm {name!r}; arms are: {', '.join(sorted(ablations.arms))}")
-    landed = ablations.arms[name]
-    trainer = config.trainer.model_copy(
-        update={"algorithm": AlgorithmConfig(**config.trainer.algorithm.model_dump() | landed.algorithm)}
-    )
-    harness = HarnessConfig(**config.harness | {"context_nudge": landed.context_nudge})
-    hero, rollout = config.stages.hero, config.rollout
-    layout = cluster_layout(config)
-    plan = RolloutPlan(
-        prompts_per_step=hero.prompts_per_step or rollout.prompts_per_step,
-        samples_per_prompt=hero.samples_per_prompt or rollout.samples_per_prompt,
-        workers=rollout.workers,
-        max_staleness=rollout.max_staleness,
-        epochs=rollout.epochs,
-        steps=hero.steps,
-        checkpoint_every=hero.checkpoint_every,
-        eval_every=rollout.eval_every,
-        eval_passes=hero.eval_passes,
-        max_concurrency=rollout.max_concurrency,
-        rate_limit_per_s=rollout.rate_limit_per_s,
-    )
-    return SkyRLRun(
+    _, loop = planned_loops(config, hero_arm=name)[f"hero-{name}"]
+    return skyrl_run_for(
+        config,
+        loop,
         name=f"{config.profile}-hero-{name}",
-        model=policy.hub_id if policy.source is PolicySource.HUB else str(policy.path),
-        trainer=trainer,
-        harness=harness,
-        rollout=plan,
-        layout=layout,
-        max_model_len=cluster.max_model_len or harness.context_budget_tokens,
-        optimizer_offload_fraction=cluster.optimizer_offload_fraction,
-        served_model_name=config.engine.served_model_name,
-        seed=config.seed,
+        model=base_model(config),
         storage=storage or f"{DEFAULT_STORAGE}/{config.profile}",
-        engine_timeout_s=config.engine.timeout_s,
-        sandbox=config.backends.sandbox.value,
-        sandbox_pool_per_world=config.sandbox.pool_per_world,
-        provenance={"profile": config.profile, "stage": "hero", "arm": name},
+        stage="hero",
+        arm=name,
     )
 
 

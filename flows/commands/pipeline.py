@@ -47,10 +47,17 @@ def print_stages(root: Path) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from flows.config import StageName, load_profile
+    from flows.placement import preflight
 
     runs_root = args.runs_root
     if args.resume is None:
         config = load_profile(args.profile, args.set)  # fail fast, before Prefect starts, on a bad profile or override
+        if args.dry_run:
+            from flows.dry_run import print_plan
+
+            print_plan(config)
+            return 0
+        preflight(config)  # and on a profile that cannot run where its backends say (a cluster without an address)
         runs_root = runs_root or str(config.runs_root)
     runs_root = runs_root or "runs"
     from flows.pipeline import open_pipeline_run, pipeline
@@ -115,6 +122,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
     run.add_argument("--stop-after", choices=STAGES, help="stop after this stage (when it passed)")
     run.add_argument("--runs-root", help="folder of run folders (default: the profile's runs_root, runs/)")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what each stage would run where (engines, jobs, paths); run nothing",
+    )
     run.set_defaults(handler=_run, profile_given=False)
 
     stage = commands.add_parser("stage", help="one stage flow on an existing run")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.files import atomic_write_text
 from envs.net import free_port
-from trainer.vllm.launch import Device, vllm_serve_spec
+from trainer.vllm.launch import Device, VllmServeSpec, vllm_serve_spec
 from trainer.vllm.server import VllmServer
 
 WATCH_S = 5.0
@@ -58,6 +58,23 @@ class FleetSpec(BaseModel):
     def write(self, path: Path) -> None:
         atomic_write_text(path, self.model_dump_json(indent=1) + "\n")
 
+    def launch(self, host: str, port: int, index: int = 0) -> VllmServeSpec:
+        """Engine ``index``'s launch spec, listening on ``host:port`` (seeds differ per engine)."""
+        return vllm_serve_spec(
+            self.model,
+            tensor_parallel=self.tensor_parallel,
+            max_model_len=self.max_model_len,
+            device=self.device,
+            python=self.python,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_num_seqs=self.max_num_seqs,
+            host=host,
+            port=port,
+            served_model_name=self.served_model_name,
+            seed=self.seed + index,
+            kv_cache_gib=self.kv_cache_gib,
+        )
+
 
 class FleetState(BaseModel):
     """What the engine job reports once its engines serve."""
@@ -79,20 +96,7 @@ class EngineHost:
 
         spec = self.spec
         host = spec.host or ray.util.get_node_ip_address()
-        launch = vllm_serve_spec(
-            spec.model,
-            tensor_parallel=spec.tensor_parallel,
-            max_model_len=spec.max_model_len,
-            device=spec.device,
-            python=spec.python,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            max_num_seqs=spec.max_num_seqs,
-            host=host,
-            port=free_port(host),
-            served_model_name=spec.served_model_name,
-            seed=spec.seed,
-            kv_cache_gib=spec.kv_cache_gib,
-        )
+        launch = spec.launch(host, free_port(host), self.index)
         self.server = VllmServer(launch, spec.logs_dir / f"engine-{self.index}.log", spec.start_timeout_s)
         self.server.start()
         return self.server.base_url, self.server.start_s or 0.0

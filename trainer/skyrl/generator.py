@@ -54,6 +54,7 @@ from skyrl.train.generators.utils import apply_overlong_filtering, get_rollout_m
 from envs.harness.agent import AgentSetup, EnvsForTask, run_group
 from envs.harness.engine_client import Completion, EngineError, EngineRejected, Sampling
 from envs.types import NO_POLICY_OUTCOME, TaskSpec, Trajectory
+from trainer.cluster.shards import ShardWriter
 
 TASK_ID_KEY = "task_id"
 """The ``env_extras`` key (a column of the exported task set) that names each row's task."""
@@ -177,7 +178,8 @@ class RecipeGenerator(GeneratorInterface):
     """SkyRL's ``GeneratorInterface`` over our harness: ``run_group`` per prompt against SkyRL's engines.
 
     ``agent``: tokenizer, harness config and harness name (its engine is replaced per batch by ``SkyRLEngine``
-    over ``client``); ``tasks``: the task set by id; ``envs_for``: each task's environment factory."""
+    over ``client``); ``tasks``: the task set by id; ``envs_for``: each task's environment factory; ``shards``:
+    where each training batch's rollouts are written, under its global step, for the stage to ingest."""
 
     def __init__(
         self,
@@ -188,8 +190,10 @@ class RecipeGenerator(GeneratorInterface):
         *,
         model: str | None = None,
         overlong_filter: bool = False,
+        shards: ShardWriter | None = None,
     ) -> None:
         self.client = client
+        self.shards = shards
         self.agent = agent
         self.tasks = dict(tasks)
         self.envs_for = envs_for
@@ -212,7 +216,10 @@ class RecipeGenerator(GeneratorInterface):
         metadata = input_batch.get("batch_metadata")
         label = f"{metadata.training_phase}{metadata.global_step}" if metadata else "batch"
         runs = [self._group(agent, group, label) for group in groups]
-        return [trajectory for group in await asyncio.gather(*runs) for trajectory in group]
+        trajectories = [trajectory for group in await asyncio.gather(*runs) for trajectory in group]
+        if self.shards is not None and metadata is not None and str(metadata.training_phase) == "train":
+            await asyncio.to_thread(self.shards.rollouts, int(metadata.global_step), trajectories)
+        return trajectories
 
     async def _group(self, agent: AgentSetup, group: PromptGroup, label: str) -> list[Trajectory]:
         task = self.tasks[group.task_id]

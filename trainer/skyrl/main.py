@@ -6,13 +6,16 @@
    declares SkyRL's ``RateLimiterConfig`` as ``rate_limit``, the top level our ``rl_recipe`` section); runs
    ``validate_cfg``;
 2. builds (or reuses) our environment under ``RECIPE_DATA_DIR`` (default ``data`` in the job's working dir; set it
-   with ``recipe cluster submit --env``), and exports its train / heldout tasks to the parquet files SkyRL reads
-   (``data.train_data`` / ``data.val_data``): columns ``prompt`` (the task as one user message, for SkyRL's length
-   filter), ``env_class`` and ``task_id`` (``generator.TASK_ID_KEY``, what our generator looks the task up by);
+   with ``recipe cluster submit --env``), and exports its train tasks — or the stage's own, ``RECIPE_TASKS_FILE`` —
+   and its heldout tasks to the parquet files SkyRL reads (``data.train_data`` / ``data.val_data``): columns
+   ``prompt`` (the task as one user message, for SkyRL's length filter), ``env_class`` and ``task_id``
+   (``generator.TASK_ID_KEY``, what our generator looks the task up by);
 3. runs SkyRL's experiment with ``RecipeGenerator`` as the generator (harness knobs from ``rl_recipe.harness.*``,
    world copies under ``RECIPE_DATA_DIR/worlds``) and, with ``trainer.fully_async.enabled``, SkyRL's fully-async
-   trainer. The experiment runs off the head node (as SkyRL's own entry point): ``RECIPE_DATA_DIR`` must be storage
-   the node running it reads, like ``trainer.ckpt_path``, unless the cluster is one node.
+   trainer; with ``RECIPE_SHARDS_DIR`` the generator writes every training batch's rollouts there as shards, which
+   the stage that submitted the job ingests into the run's catalog. The experiment runs off the head node (as
+   SkyRL's own entry point): ``RECIPE_DATA_DIR`` must be storage the node running it reads, like
+   ``trainer.ckpt_path``, unless the cluster is one node.
 
 Cluster only: imports SkyRL, Ray and SkyRL's training stack; the core install never imports this module.
 """
@@ -33,11 +36,17 @@ from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.utils.utils import initialize_ray, validate_cfg
 
 from envs.build import ensure_environment, load_tasks
+from envs.loaders import load_jsonl
 from envs.harness.agent import AgentSetup, HarnessConfig
 from envs.rollout import local_envs
 from envs.types import Split, TaskSpec
+from trainer.cluster.shards import ShardWriter
 
 DATA_DIR_ENV = "RECIPE_DATA_DIR"
+TASKS_FILE_ENV = "RECIPE_TASKS_FILE"
+"""A JSONL task file (``envs.loaders.save_jsonl``): the tasks this run trains on (a stage's job sets it)."""
+SHARDS_ENV = "RECIPE_SHARDS_DIR"
+"""Where the generator writes its rollouts as shards (``trainer.cluster.shards``) for the stage to ingest."""
 HARNESS_KEYS = frozenset(HarnessConfig.model_fields)
 
 
@@ -73,8 +82,8 @@ def export_tasks(tasks: Sequence[TaskSpec], path: str) -> None:
 class RecipeExp(BasePPOExp):
     """SkyRL's experiment with our generator and, when fully async, SkyRL's fully-async trainer."""
 
-    def __init__(self, cfg: RecipeSkyRLConfig, data: Path, tasks: Mapping[str, TaskSpec]) -> None:
-        self.data, self.tasks = data, tasks
+    def __init__(self, cfg: RecipeSkyRLConfig, data: Path, tasks: Mapping[str, TaskSpec], shards: str | None) -> None:
+        self.data, self.tasks, self.shards = data, tasks, shards
         super().__init__(cfg)
 
     def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> RecipeGenerator:
@@ -86,6 +95,7 @@ class RecipeExp(BasePPOExp):
             lambda task: local_envs(task, worlds),
             model=resolve_policy_model_name(cfg),
             overlong_filter=cfg.generator.apply_overlong_filtering,
+            shards=ShardWriter(Path(self.shards)) if self.shards else None,
         )
 
     def get_trainer(self, cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -97,8 +107,8 @@ class RecipeExp(BasePPOExp):
 
 
 @ray.remote(num_cpus=1)
-def _run(cfg: RecipeSkyRLConfig, data: str, tasks: dict[str, TaskSpec]) -> None:
-    RecipeExp(cfg, Path(data), tasks).run()  # as SkyRL's own entry point: not on the head node
+def _run(cfg: RecipeSkyRLConfig, data: str, tasks: dict[str, TaskSpec], shards: str | None) -> None:
+    RecipeExp(cfg, Path(data), tasks, shards).run()  # as SkyRL's own entry point: not on the head node
 
 
 def main(argv: Sequence[str]) -> int:
@@ -107,11 +117,14 @@ def main(argv: Sequence[str]) -> int:
     data = Path(os.environ.get(DATA_DIR_ENV, "data")).resolve()
     ensure_environment(data, seed=cfg.trainer.seed)
     tasks = load_tasks(data)
-    export_tasks([t for t in tasks if t.split is Split.TRAIN], cfg.data.train_data[0])
+    chosen = os.environ.get(TASKS_FILE_ENV)  # a stage's own tasks (the overfit subset, ...); default: every train task
+    train = load_jsonl(Path(chosen)) if chosen else [t for t in tasks if t.split is Split.TRAIN]
+    export_tasks(train, cfg.data.train_data[0])
     if cfg.data.val_data:
         export_tasks([t for t in tasks if t.split is Split.HELDOUT], cfg.data.val_data[0])
     initialize_ray(cfg)
-    ray.get(_run.remote(cfg, str(data), {t.task_id: t for t in tasks}))
+    shards = os.environ.get(SHARDS_ENV)
+    ray.get(_run.remote(cfg, str(data), {t.task_id: t for t in [*tasks, *train]}, shards))
     return 0
 
 

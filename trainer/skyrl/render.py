@@ -1,17 +1,18 @@
 """One cluster run (``SkyRLRun``) → the SkyRL 0.3.x overrides that launch it (``render``).
 
-The run is the hero stage's: the landed algorithm on the target model, fully async, Megatron for training and vLLM
-engines for generation on separate nodes (RECIPE "Hero configuration"). Keys are SkyRL 0.3.0's (``skyrl.train.config``
-dataclasses), grouped below by what they express; a recipe setting SkyRL has no key for goes to our own ``rl_recipe.``
-section (our generator and entry point read it) with the reason beside it.
+A run is one training loop of a stage: the hero's (the landed algorithm on the target model, fully async, Megatron
+for training and vLLM engines for generation on separate nodes: RECIPE "Hero configuration"), or the overfit gate's
+and each ablation arm's (synchronous: ``RolloutPlan.fully_async`` off), or a systems sweep trial. Keys are SkyRL
+0.3.0's (``skyrl.train.config`` dataclasses), grouped below by what they express; a recipe setting SkyRL has no key
+for goes to our own ``rl_recipe.`` section (our generator and entry point read it) with the reason beside it.
 
     overrides = render(run)                 # Overrides: .values {key: value}, .lines() sorted key=value
     overrides.skyrl_keys(), overrides.recipe_keys()
 
 Not rendered, with the reason: the local trainer's ``token_budget`` (SkyRL packs micro-batches itself), the local
-engine's ``compile`` flag and the systems stage's sweep (a cluster run takes the profile's values), the cosine floor
-``min_lr_ratio`` (no cosine schedule on Megatron), and an HF export cadence (``trainer.hf_save_interval``: SkyRL's
-default, off).
+engine's ``compile`` flag and the systems stage's sweep (a cluster run takes the profile's values), and the cosine
+floor ``min_lr_ratio`` (no cosine schedule on Megatron). The policy is exported in HF format at every checkpoint
+(``trainer.hf_save_interval``): the stage evaluates the newest export on the run's engines.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class RolloutPlan:
     eval_passes: int
     max_concurrency: int | None = None
     rate_limit_per_s: float | None = None
+    fully_async: bool = True
+    """Off: SkyRL's synchronous trainer (generate a batch, train on it), as the overfit gate and the ablations run."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,8 @@ def _megatron(run: SkyRLRun) -> dict[str, Any]:
 
 def _fully_async(run: SkyRLRun) -> dict[str, Any]:
     plan = run.rollout
+    if not plan.fully_async:
+        return {"trainer.fully_async.enabled": False}
     return _prefixed(
         "trainer.fully_async",
         {
@@ -199,7 +204,7 @@ def _batches_and_lengths(run: SkyRLRun) -> dict[str, Any]:
     sampling = {"temperature": harness.temperature, "top_p": harness.top_p}
     return (
         {
-            # Fully async: one optimizer step per mini-batch of B groups, and the train batch is that mini-batch.
+            # One optimizer step per batch of B groups: the train batch is the mini-batch (fully async requires it).
             "trainer.train_batch_size": plan.prompts_per_step,
             "trainer.policy_mini_batch_size": plan.prompts_per_step,
             "trainer.update_epochs_per_batch": 1,
@@ -246,6 +251,7 @@ def _cadence_and_storage(run: SkyRLRun) -> dict[str, Any]:
         "trainer.epochs": plan.epochs,
         "trainer.max_training_steps": plan.steps,
         "trainer.ckpt_interval": plan.checkpoint_every,
+        "trainer.hf_save_interval": plan.checkpoint_every if plan.checkpoint_every > 0 else plan.steps,
         "trainer.resume_mode": "latest",
         "trainer.ckpt_path": f"{storage}/ckpts",
         "trainer.export_path": f"{storage}/exports",

@@ -1,6 +1,6 @@
 """Check a rendered override set against SkyRL's own config classes. A script for an environment with SkyRL installed:
 
-    python trainer/skyrl/schema_check.py OVERRIDES_FILE        # one key=value per line; prints a JSON report
+    python trainer/skyrl/schema_check.py OVERRIDES_FILE...     # one key=value per line; prints a JSON report each
 
 1. builds the config with ``SkyRLTrainConfig.from_cli_overrides`` (SkyRL's parser, strict key check and
    ``__post_init__`` rules), extended the way our entry point extends it: the generator config declares SkyRL's
@@ -91,15 +91,21 @@ def check(lines: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    """One report per file (a JSON object for one file, a list for several: one SkyRL import for them all)."""
+    if not argv:
         print(__doc__.splitlines()[2].strip(), file=sys.stderr)
         return 2
-    lines = [line.strip() for line in Path(argv[0]).read_text().splitlines() if line.strip()]
-    report = check(lines)
-    print(json.dumps(report, indent=2))
+    reports = []
+    for name in argv:
+        lines = [line.strip() for line in Path(name).read_text().splitlines() if line.strip()]
+        reports.append(check(lines))
+    print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
+    return 0 if all(passed(report) for report in reports) else 1
+
+
+def passed(report: dict[str, Any]) -> bool:
     ok = report["built"] == "passed" and not report["readback_mismatches"]
-    ok = ok and not str(report.get("validate_cfg", "failed")).startswith("failed")
-    return 0 if ok else 1
+    return ok and not str(report.get("validate_cfg", "failed")).startswith("failed")
 
 
 if __name__ == "__main__":

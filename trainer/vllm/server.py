@@ -1,5 +1,5 @@
-"""One vLLM engine as a process this one owns: started behind ``guard`` (it dies with its owner), health-checked until
-it serves, stopped with its whole process group.
+"""One vLLM engine as a process this one owns: started behind ``guard`` (a keeper detached from this process that
+ends the server when this process is gone), health-checked until it serves, stopped with its whole process group.
 
     with VllmServer(vllm_serve_spec(model, tensor_parallel=1, max_model_len=1024, device=Device.CPU, port=port),
                     log_path=Path("engine.log")) as server:
@@ -23,10 +23,12 @@ from types import TracebackType
 import httpx
 
 from envs.errors import RecipeError
+from trainer.vllm.guard import start_time
 from trainer.vllm.launch import VllmServeSpec
 
 START_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 30.0
+LAUNCH_TIMEOUT_S = 60.0
 HEALTH_TIMEOUT_S = 5.0
 LOG_TAIL_CHARS = 3000
 
@@ -55,7 +57,7 @@ class VllmServer:
 
     def __init__(self, spec: VllmServeSpec, log_path: Path, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.spec, self.log_path, self.start_timeout_s = spec, log_path, start_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
+        self._guard: tuple[int, str | None] | None = None  # the guard's pid and start time
         self.start_s: float | None = None
 
     @property
@@ -64,49 +66,56 @@ class VllmServer:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "trainer.vllm.guard", str(os.getpid()), "--", *self.spec.argv]
+        pidfile = self.log_path.with_suffix(".guard")
+        pidfile.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "trainer.vllm.guard", str(os.getpid()), str(pidfile), "--", *self.spec.argv]
         tick = time.monotonic()
         with self.log_path.open("ab") as log:
             try:
                 env = os.environ | self.spec.env
-                self._process = subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                launcher = subprocess.run(
+                    command, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=LAUNCH_TIMEOUT_S
                 )
-            except OSError as error:
+            except (OSError, subprocess.TimeoutExpired) as error:
                 raise EngineStartError(f"cannot start the engine ({self.spec.argv[0]}): {error}") from None
+        if launcher.returncode != 0 or not pidfile.is_file():
+            raise EngineStartError(f"the engine's guard did not start; its log ends:\n{log_tail(self.log_path)}")
+        pid = int(pidfile.read_text())
+        self._guard = (pid, start_time(pid))
         while not healthy(self.base_url):
-            if self._process.poll() is not None:
-                tail = log_tail(self.log_path)
-                self._process = None
-                raise EngineStartError(f"the engine on {self.base_url} exited while starting; its log ends:\n{tail}")
+            if not self.alive():
+                self._guard = None
+                raise EngineStartError(
+                    f"the engine on {self.base_url} exited while starting; its log ends:\n{log_tail(self.log_path)}"
+                )
             if time.monotonic() - tick > self.start_timeout_s:
                 self.stop()
-                tail = log_tail(self.log_path)
                 raise EngineStartError(
                     f"the engine on {self.base_url} did not answer /health within {self.start_timeout_s:g} s; "
-                    f"its log ends:\n{tail}"
+                    f"its log ends:\n{log_tail(self.log_path)}"
                 )
             time.sleep(1.0)
         self.start_s = round(time.monotonic() - tick, 1)
 
     def alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._guard is not None and start_time(self._guard[0]) == self._guard[1]
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM the guard (it stops the server's group), SIGKILL the whole group if it lingers."""
-        process, self._process = self._process, None
-        if process is None:
+        """SIGTERM the guard's group (the guard stops the server), SIGKILL the group if the guard lingers."""
+        if self._guard is None:
             return
+        pid = self._guard[0]
         for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self.alive():
+                break
             try:
-                os.killpg(process.pid, sig)
+                os.killpg(pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                process.wait(timeout=timeout_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+            deadline = time.monotonic() + timeout_s
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        self._guard = None
 
     def __enter__(self) -> VllmServer:
         self.start()

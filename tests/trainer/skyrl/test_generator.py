@@ -21,6 +21,7 @@ from envs.harness.chat import ToolListing
 from envs.rollout import local_envs
 from envs.types import Domain, ErrorClass, FileExists, FileUnchanged, TaskSpec, Trajectory
 from tests.trainer.torch_threads import one_torch_thread  # noqa: F401  (autouse: every test here)
+from trainer.cluster.shards import ShardReader, ShardWriter
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.engine.completions import EngineCompletions
 from trainer.model import TinyModelSpec, bootstrap_policy
@@ -118,7 +119,9 @@ def skyrl_batch() -> dict:
     return batch
 
 
-def run_both(policy, worlds: Path) -> tuple[GeneratorOutput, list[Trajectory], EngineAsSkyRLClient]:
+def run_both(
+    policy, worlds: Path, shards: Path | None = None
+) -> tuple[GeneratorOutput, list[Trajectory], EngineAsSkyRLClient]:
     """The generator's output on SkyRL's batch, and ``run_group`` on the same engine, task by task."""
     model, tokenizer = policy
     agent = AgentSetup(None, tokenizer, HARNESS)  # the generator puts SkyRL's engine in
@@ -130,7 +133,8 @@ def run_both(policy, worlds: Path) -> tuple[GeneratorOutput, list[Trajectory], E
         with Engine(model, tokenizer, EngineConfig(max_num_seqs=8, kv_initial_capacity=16)) as engine:
             client = EngineAsSkyRLClient(engine)
             tasks = {task.task_id: task for task in TASKS}
-            generator = RecipeGenerator(client, agent, tasks, envs_for, model="policy")
+            writer = ShardWriter(shards) if shards else None
+            generator = RecipeGenerator(client, agent, tasks, envs_for, model="policy", shards=writer)
             output = await generator.generate(skyrl_batch())
             ours = replace(agent, engine=EngineCompletions(engine))
             reference = [
@@ -144,8 +148,21 @@ def run_both(policy, worlds: Path) -> tuple[GeneratorOutput, list[Trajectory], E
 
 
 @pytest.fixture(scope="module")
-def generated(policy, worlds):
-    return run_both(policy, worlds)
+def shards(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("shards")
+
+
+@pytest.fixture(scope="module")
+def generated(policy, worlds, shards):
+    return run_both(policy, worlds, shards)
+
+
+def test_a_training_batch_is_written_as_shards_under_its_step(generated, shards) -> None:
+    """The stage that submitted the SkyRL job reads the batch's rollouts back into the run's catalog."""
+    _, reference, _ = generated
+    [step] = ShardReader(shards).changed()
+    assert step.step == 3 and step.record is None  # SkyRL's step records come from its log, not the generator
+    assert [t.tokens for t in step.trajectories] == [t.tokens for t in reference]
 
 
 def test_the_output_is_exactly_our_trajectories(generated) -> None:

@@ -1,0 +1,154 @@
+"""A stage's training loop as a SkyRL run (backend ``skyrl``): the ``SkyRLRun`` of a ``LoopConfig``, the loops a
+profile's stages would run (``planned_loops``, for ``recipe run --dry-run`` and ``recipe cluster render``), and the
+runner that submits them through the one Ray Job path (``tasks.cluster.RayJobRunner`` with ``SkyRLEntry``).
+
+    run = skyrl_run_for(config, loop, name="qwen36-35b-overfit", model="Qwen/Qwen3.6-35B-A3B", storage="/shared/r1/...")
+    render(run).lines()             # the job's overrides
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envs.harness.agent import HarnessConfig
+from envs.harness.policy import PolicyHarness
+from flows.commands.plan import cluster_layout
+from flows.config import PolicySource, RecipeConfig
+from tasks.cluster import SkyRLEntry
+from tasks.systems import Knobs, one_factor_trials
+from tasks.training import loop_config
+from trainer.algorithms.config import AlgorithmConfig
+from trainer.cluster.train_job import TrainJobSpec
+from trainer.loops import AsyncLoopConfig
+from trainer.loops.config import LoopConfig, LoopKind
+from trainer.skyrl.render import RolloutPlan, SkyRLRun, render
+
+
+def base_model(config: RecipeConfig) -> str:
+    """What a SkyRL run starts from: the hub id, or the policy folder every node reads."""
+    policy = config.policy
+    return policy.hub_id or "" if policy.source is PolicySource.HUB else str(policy.path)
+
+
+def skyrl_run_for(
+    config: RecipeConfig, loop: LoopConfig, *, name: str, model: str, storage: str, stage: str, arm: str | None = None
+) -> SkyRLRun:
+    """``loop`` (a stage's, as the local trainer would run it) as a SkyRL run on the profile's cluster layout."""
+    assert config.cluster is not None  # the skyrl backend needs a cluster section (RecipeConfig's validator)
+    fully_async = isinstance(loop, AsyncLoopConfig)
+    rollout, cluster = config.rollout, config.cluster
+    plan = RolloutPlan(
+        prompts_per_step=loop.prompts_per_step,
+        samples_per_prompt=loop.samples_per_prompt,
+        workers=loop.workers if fully_async else loop.prompts_per_step,
+        max_staleness=loop.max_staleness if fully_async else 0,
+        epochs=rollout.epochs,
+        steps=loop.steps,
+        checkpoint_every=loop.checkpoint_every,
+        eval_every=rollout.eval_every,
+        eval_passes=config.stages.hero.eval_passes,
+        max_concurrency=rollout.max_concurrency,
+        rate_limit_per_s=rollout.rate_limit_per_s,
+        fully_async=fully_async,
+    )
+    return SkyRLRun(
+        name=name,
+        model=model,
+        trainer=loop.trainer,
+        harness=loop.harness,
+        rollout=plan,
+        layout=cluster_layout(config),
+        max_model_len=cluster.max_model_len or loop.harness.context_budget_tokens,
+        optimizer_offload_fraction=cluster.optimizer_offload_fraction,
+        served_model_name=config.engine.served_model_name,
+        seed=loop.seed,
+        storage=storage,
+        engine_timeout_s=config.engine.timeout_s,
+        sandbox=config.backends.sandbox.value,
+        sandbox_pool_per_world=config.sandbox.pool_per_world,
+        provenance={"profile": config.profile, "stage": stage} | ({"arm": arm} if arm else {}),
+    )
+
+
+def planned_loops(config: RecipeConfig, hero_arm: str | None = None) -> dict[str, tuple[str, LoopConfig]]:
+    """The training loops a profile's stages would run, by label: (stage, loop), from the profile alone — the systems
+    stage's baseline knobs, the recipe's prior arm for the hero (the ablations choose the real one), the profile's
+    harness (a base's own ``harness.json`` is read at run time)."""
+    settings = PolicyHarness(apps=None, harness=HarnessConfig(**config.harness))
+    rollout, stages = config.rollout, config.stages
+
+    def loop(kind: LoopKind, arm: dict[str, Any], nudge: bool, shape: dict[str, Any]) -> LoopConfig:
+        algorithm = AlgorithmConfig(**config.trainer.algorithm.model_dump() | arm)
+        harness = settings.model_copy(update={"harness": settings.harness.model_copy(update={"context_nudge": nudge})})
+        return loop_config(
+            kind,
+            task_ids=[],
+            settings=harness,
+            trainer=config.trainer.model_copy(update={"algorithm": algorithm}),
+            seed=config.seed,
+            max_num_seqs=config.engine.max_num_seqs,
+            **shape,
+        )
+
+    loops: dict[str, tuple[str, LoopConfig]] = {}
+    systems = stages.systems
+    trial_shape = {
+        "prompts_per_step": systems.prompts_per_step,
+        "samples_per_prompt": systems.samples_per_prompt,
+        "steps": systems.steps_per_trial,
+        "checkpoint_every": 0,
+        "max_staleness": rollout.max_staleness,
+    }
+    baseline = Knobs(config.trainer.token_budget, config.engine.max_num_seqs, rollout.workers, config.trainer.layout)
+    for index, knobs in enumerate(one_factor_trials(baseline, **systems.sweep.model_dump())):
+        trial = loop(LoopKind.ASYNC, {}, False, trial_shape)
+        assert isinstance(trial, AsyncLoopConfig)
+        loops[f"trial-{index}-{knobs.label()}"] = ("systems", knobs.apply(trial))
+    overfit = stages.overfit
+    overfit_shape = {
+        "prompts_per_step": overfit.prompts_per_step,
+        "samples_per_prompt": overfit.samples_per_prompt,
+        "steps": overfit.steps,
+        "checkpoint_every": rollout.checkpoint_every,
+    }
+    loops["overfit"] = ("overfit", loop(LoopKind.SYNC, {}, False, overfit_shape))
+    ablations = stages.ablations
+    arm_shape = {
+        "prompts_per_step": ablations.prompts_per_step,
+        "samples_per_prompt": ablations.samples_per_prompt,
+        "steps": ablations.steps,
+        "checkpoint_every": 0,
+    }
+    for name, arm in ablations.arms.items():
+        loops[name] = ("ablations", loop(LoopKind.SYNC, arm.algorithm, arm.context_nudge, arm_shape))
+    hero, landed = stages.hero, hero_arm or ablations.prior
+    hero_shape = {
+        "prompts_per_step": hero.prompts_per_step or rollout.prompts_per_step,
+        "samples_per_prompt": hero.samples_per_prompt or rollout.samples_per_prompt,
+        "steps": hero.steps,
+        "checkpoint_every": hero.checkpoint_every,
+        "workers": rollout.workers,
+        "max_staleness": rollout.max_staleness,
+        "runtime": config.backends.runtime,
+    }
+    arm = ablations.arms[landed]
+    loops[f"hero-{landed}"] = ("hero", loop(LoopKind.ASYNC, arm.algorithm, arm.context_nudge, hero_shape))
+    return loops
+
+
+def skyrl_entry(config: RecipeConfig) -> SkyRLEntry:
+    """The ``JobEntry`` of the skyrl backend: each loop rendered as SkyRL overrides, storage the job's own folder."""
+
+    def overrides(spec: TrainJobSpec, stage: str) -> list[str]:
+        run = skyrl_run_for(
+            config,
+            spec.loop_config(),
+            name=f"{config.profile}-{stage}-{spec.label}",
+            model=base_model(config) if config.policy.source is PolicySource.HUB else str(spec.policy_dir),
+            storage=str(spec.out_dir),
+            stage=stage,
+        )
+        return render(run).lines()
+
+    return SkyRLEntry(overrides, data_dir=Path(config.environment.data).resolve())
