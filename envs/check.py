@@ -29,17 +29,12 @@ from envs.harness.terminal import ReferenceAgent, ReferenceRun, run_reference_ag
 from envs.harness.tools import ToolOutcome, app_outcome, call_record
 from envs.mcp.servers import mcp_name
 from envs.mcp.variants import BadVariant
+from envs.options import OracleTransport
 from envs.oracle import OracleRun, require_oracle, run_oracle
 from envs.probes import run_probes
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import TaskSpec, ToolCallRecord
-
-
-class OracleTransport(StrEnum):
-    PYTHON = "python"  # envs.apps.call_tool in this process
-    INMEMORY = "inmemory"  # the MCP gateway over its in-process transport
-    STDIO = "stdio"  # the MCP gateway as a stdio server in a pooled local sandbox
 
 
 @dataclass(frozen=True)

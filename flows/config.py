@@ -25,19 +25,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envs.check import OracleTransport
 from envs.errors import RecipeError
 from envs.faults import FaultPlan
-from envs.harness.agent import HarnessConfig
-from envs.mcp.variants import BadVariant
-from envs.sandbox.registry import ProviderName
+from envs.harness.config import HarnessConfig
+from envs.options import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX, BadVariant, OracleTransport, ProviderName
 from envs.types import Tier
-from envs.worlds.generate import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX
 from trainer.algorithms.config import AlgorithmConfig
-from trainer.bootstrap import BootstrapSpec
-from trainer.local.logprobs import Layout
-from trainer.local.trainer import TrainerConfig
-from trainer.loops.async_loop import RuntimeKind
+from trainer.local.config import Layout, TrainerConfig
+from trainer.loops.kinds import RuntimeKind
+from trainer.specs import BootstrapSpec
 from trainer.vllm.launch import Device
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "deployments" / "profiles"

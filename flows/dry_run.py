@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from flows.config import EngineBackend, RecipeConfig, TrainerBackend
-from flows.placement import REPO_ROOT, fleet_spec, needs_cluster, repo_path
+from flows.placement import fleet_spec
+from flows.preflight import REPO_ROOT, needs_cluster, repo_path
 from flows.skyrl_jobs import base_model, planned_loops, skyrl_run_for
 from tasks.cluster import SKYRL_MODULE, TRAIN_MODULE
 from trainer.loops import AsyncLoopConfig

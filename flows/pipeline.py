@@ -28,7 +28,8 @@ from flows.config import RecipeConfig, RunChanges, StageName, apply_overrides, l
 from flows.derisk import derisk
 from flows.hero import hero
 from flows.overfit import overfit
-from flows.placement import preflight, stop_engines
+from flows.placement import stop_engines
+from flows.preflight import preflight
 from flows.stage import DEFAULT_RUNS_ROOT, is_current
 from flows.systems import systems
 from flows.tito import tito

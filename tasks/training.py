@@ -32,7 +32,8 @@ from tasks.context import StageScope
 from trainer.local import TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, RuntimeKind, StepRecord, SyncLoopConfig, TaskFilter
-from trainer.loops.config import LoopConfig, LoopKind
+from trainer.loops.config import LoopConfig
+from trainer.loops.kinds import LoopKind
 from trainer.loops.policy import CHECKPOINTS
 
 

@@ -41,28 +41,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
 from envs.files import atomic_write_text
 from envs.harness.agent import HarnessConfig
-from envs.harness.chat import ToolListing, compact_system_prompt
+from envs.harness.chat import compact_system_prompt
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.tools import LocalToolSession
 from envs.oracle import require_oracle
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
-from envs.types import Split, TaskSpec, Tier
+from envs.types import Split, TaskSpec
 from envs.worlds import world_index
 from trainer.engine import Engine, EngineConfig
-from trainer.model import TinyModelSpec, build_tiny_model, load_policy, save_policy
+from trainer.model import build_tiny_model, load_policy, save_policy
 from trainer.rollout_eval import PassEval, PassRow, evaluate_pass_at_1
 from trainer.sft import SftConfig, SftResult, train_sft
+from trainer.specs import BootstrapSpec
 from trainer.tokenizer import special_token_ids, train_tokenizer
 from trainer.traces import (
-    NoiseKind,
     TokenizedTrace,
     Trace,
     check_parity,
@@ -76,90 +76,11 @@ from trainer.traces import (
 )
 
 BOOTSTRAP_VERSION = "bootstrap-v5"
-# Every prompt token costs a tiny model's training time: the base gets a one-line instruction, and the tool listing
-# (signatures only) follows it.
-SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
 """Part of the cache key: bump it when tokenizer training, trace rendering or training change what they produce."""
 REPORT_FILE = "bootstrap.json"
 WORLD_TEXT_SUFFIXES = (".txt", ".md", ".csv", ".json")
 
 Progress = Callable[[str], None]
-
-
-class NoiseRates(BaseModel):
-    """Probability that a training trace's first call is wrong in each way (the rest are oracle traces)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    wrong_tool: float = Field(0.10, ge=0, le=1)
-    wrong_file: float = Field(0.08, ge=0, le=1)
-    wrong_argument: float = Field(0.07, ge=0, le=1)
-
-    @model_validator(mode="after")
-    def _at_most_one(self) -> NoiseRates:
-        if sum(self.by_kind().values()) > 1:
-            raise ValueError(f"noise rates sum to {sum(self.by_kind().values()):g}; they must sum to at most 1")
-        return self
-
-    def by_kind(self) -> dict[NoiseKind, float]:
-        return {kind: getattr(self, kind.value) for kind in NoiseKind}
-
-
-class BootstrapSpec(BaseModel):
-    """Everything that decides the base model (the cache key hashes it)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # core
-    seed: int = 0
-    model: TinyModelSpec = TinyModelSpec(max_position=1024)
-    vocab_size: int = Field(2048, ge=300)
-    tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
-    apps: tuple[str, ...] = Field(("filesystem", "sheets"), min_length=1)
-    noise: NoiseRates = NoiseRates()
-    value_swap: float = Field(
-        0.5, ge=0, le=1, description="share of clean traces whose observed value is another task's (answer follows)"
-    )
-    recover_after_error: float = Field(
-        0.5,
-        ge=0,
-        le=1,
-        description="share of wrong first calls that fail (the tool answers with an error) followed by the oracle's "
-        "calls and answer, as an agent that reads the error would (multi-call rollouts); the others are answered from "
-        "the error text, which keeps the copy skill practised on text it never saw",
-    )
-    tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
-    system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
-    worlds: tuple[int, ...] | None = Field(
-        None,
-        description="imitate only the train tasks of these world numbers (e.g. [1, 2]: worlds 4, 5, … then stay new "
-        "to the base, for RL to train on); None: every train world",
-    )
-    train_task_limit: int | None = Field(
-        None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
-    )
-    steps: int = Field(450, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    max_wall_seconds: float = Field(
-        1800.0, gt=0, description="safety stop (recorded in the report); the step count, not this, should end training"
-    )
-    # advanced
-    traces_per_task: int = Field(16, ge=1, description="training traces drawn per train task (noise drawn per trace)")
-    warmup_steps: int = Field(20, ge=0)
-    log_every: int = Field(50, ge=1)
-    parity_checks: int = Field(4, ge=0, description="traces replayed through run_agent (clean and noisy)")
-    eval_samples: int = Field(4, ge=0, description="sampled rollouts per task for Pass@1 (0: no eval)")
-    max_tokens_per_turn: int = Field(96, ge=1)
-    max_turns: int = Field(4, ge=1)
-
-    @model_validator(mode="after")
-    def _known_apps(self) -> BootstrapSpec:
-        known = sorted({tool.app for tool in TOOLS.values()})
-        unknown = sorted(set(self.apps) - set(known))
-        if unknown:
-            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(known)}")
-        return self
 
 
 class BootstrapReport(BaseModel):

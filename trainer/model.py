@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import (
     AutoTokenizer,
     GenerationConfig,
@@ -37,33 +36,8 @@ from transformers import (
 from envs.errors import RecipeError
 from envs.files import staged_dir
 from envs.harness.policy import PolicyHarness, write_policy_harness
+from trainer.specs import TinyModelSpec
 from trainer.tokenizer import END_OF_TEXT, IM_END, special_token_ids, train_tokenizer
-
-
-class TinyModelSpec(BaseModel):
-    """Shape of the locally built Qwen3 policy (defaults: ~0.9 M parameters besides the embedding)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    layers: int = Field(4, ge=1)
-    hidden: int = Field(128, ge=8)
-    heads: int = Field(2, ge=1)
-    kv_heads: int = Field(1, ge=1)
-    head_dim: int = Field(64, ge=2, multiple_of=2)
-    intermediate: int = Field(384, ge=1)
-    max_position: int = Field(4096, ge=16)
-    rope_theta: float = Field(1_000_000.0, gt=0)
-    rms_norm_eps: float = Field(1e-6, gt=0)
-    initializer_range: float = Field(0.02, gt=0)
-    seed: int = 0
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> TinyModelSpec:
-        if self.heads % self.kv_heads:
-            raise ValueError(
-                f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (grouped-query attention)"
-            )
-        return self
 
 
 def build_tiny_model(spec: TinyModelSpec, vocab_size: int, special_ids: Mapping[str, int]) -> Qwen3ForCausalLM:

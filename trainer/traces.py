@@ -31,7 +31,6 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +52,7 @@ from envs.harness.tools import LocalToolSession
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, run_oracle, substitute
 from envs.types import GradeResult, TaskSpec
-
-
-class NoiseKind(StrEnum):
-    WRONG_TOOL = "wrong_tool"
-    WRONG_FILE = "wrong_file"
-    WRONG_ARGUMENT = "wrong_argument"
+from trainer.specs import NoiseKind
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from envs.paths import PathEscapeError
 logger = logging.getLogger(__name__)
 
 APP_NAMES: tuple[str, ...] = tuple(dict.fromkeys(spec.app for spec in TOOLS.values()))
-"""The apps in registry order: filesystem, docs, sheets, pdf, slides, mail, chat, calendar, code_exec."""
+"""The apps in registry order (alphabetical: calendar, chat, code_exec, docs, filesystem, mail, pdf, sheets, slides)."""
 
 # The SDK configures the root logger (basicConfig) and uvicorn at this level when a server is built: WARNING keeps
 # per-request lines out of the harness's logs and uvicorn's access log (which it prints on stdout) off.

@@ -21,13 +21,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import pdfplumber
 
 from envs.apps import TOOLS, World, call_tool
 from envs.apps.base import open_with
+from envs.options import BadVariant
 
 Runner = Callable[[World, dict[str, Any]], str]
 """Runs one tool on a world with raw JSON arguments and returns its text (raising ToolError on a fixable failure)."""
@@ -38,12 +38,6 @@ PAGE_HEADER = re.compile(r"^--- page (\d+) ---$", flags=re.MULTILINE)
 NO_PACKAGES_PRELUDE = (
     "import sys; sys.path[:] = [p for p in sys.path if not p.endswith(('site-packages', 'dist-packages'))]\n"
 )
-
-
-class BadVariant(StrEnum):
-    SLIDES_RETURNS_NONE = "slides_returns_none"
-    PDF_FLATTEN = "pdf_flatten"
-    CODE_EXEC_NO_PACKAGES = "code_exec_no_packages"
 
 
 def direct_runner(name: str) -> Runner:

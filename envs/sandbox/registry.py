@@ -11,18 +11,12 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from pathlib import Path
 
+from envs.options import ProviderName
 from envs.sandbox.base import SandboxOptions, SandboxProvider
 from envs.sandbox.docker import DockerProvider
 from envs.sandbox.local import LocalProvider
-
-
-class ProviderName(StrEnum):
-    LOCAL = "local"
-    DOCKER = "docker"
-
 
 PROVIDERS: dict[ProviderName, type[SandboxProvider]] = {
     ProviderName.LOCAL: LocalProvider,

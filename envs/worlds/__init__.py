@@ -5,25 +5,19 @@
 task generators.
 """
 
-from envs.worlds.facts import CellFact, PdfFacts, TextFact, WorldFacts
-from envs.worlds.generate import (
-    WORLD_IDS,
-    generate_world,
-    generate_worlds,
-    is_heldout_world,
-    world_ids,
-    world_index,
-)
+from envs.lazy import lazy_exports
 
-__all__ = [
-    "WORLD_IDS",
-    "CellFact",
-    "PdfFacts",
-    "TextFact",
-    "WorldFacts",
-    "generate_world",
-    "generate_worlds",
-    "is_heldout_world",
-    "world_ids",
-    "world_index",
-]
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "envs.worlds.facts": ["CellFact", "PdfFacts", "TextFact", "WorldFacts"],
+        "envs.worlds.generate": [
+            "WORLD_IDS",
+            "generate_world",
+            "generate_worlds",
+            "is_heldout_world",
+            "world_ids",
+            "world_index",
+        ],
+    },
+)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from envs.files import atomic_write_bytes
+from envs.options import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX
 from envs.types import Domain
 from envs.worlds.content import WorldContent
 from envs.worlds.facts import ChatFact, EventFact, MessageFact, TextFact, WorldFacts
@@ -29,9 +30,6 @@ BUILDERS: dict[str, tuple[Domain, Builder]] = {
     "mc": (Domain.MANAGEMENT_CONSULTING, build_mc),
     "law": (Domain.CORPORATE_LAW, build_law),
 }
-HELDOUT_WORLD_INDEX = 3
-"""World 3 of every domain is held out: none of its tasks is ever trained on (worlds 4, 5, … train)."""
-DEFAULT_WORLDS_PER_DOMAIN = 3
 
 
 def world_ids(worlds_per_domain: int = DEFAULT_WORLDS_PER_DOMAIN) -> tuple[str, ...]:

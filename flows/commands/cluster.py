@@ -152,7 +152,7 @@ def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from urllib.parse import urlparse
 
     from flows.config import load_profile
-    from flows.placement import REPO_ROOT, repo_path
+    from flows.preflight import REPO_ROOT, repo_path
     from trainer.cluster.local_cluster import LocalCluster, LocalNode
 
     config = load_profile(args.profile, args.set)

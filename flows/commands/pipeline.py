@@ -47,7 +47,7 @@ def print_stages(root: Path) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from flows.config import StageName, load_profile
-    from flows.placement import preflight
+    from flows.preflight import preflight
 
     runs_root = args.runs_root
     if args.resume is None:

@@ -71,3 +71,24 @@ def test_stage_order_and_folders() -> None:
     assert [s.folder for s in StageName] == [
         "1-derisk", "2-tito", "3-systems", "4-overfit", "5-ablations", "6-hero", "7-transfer"
     ]  # fmt: skip
+
+
+def test_a_profile_extends_another_and_changes_only_what_it_names(tmp_path: Path) -> None:
+    cpu = load_profile("cluster-cpu")
+    local = load_profile("local")
+    assert cpu.stages.overfit == local.stages.overfit and cpu.policy == local.policy  # inherited whole
+    assert cpu.trainer == local.trainer and cpu.stages.systems.thresholds == local.stages.systems.thresholds
+    assert cpu.stages.systems.sweep.max_num_seqs == () and local.stages.systems.sweep.max_num_seqs == (32,)
+    assert cpu.backends.engine == "vllm" and cpu.profile == "cluster-cpu"
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: smoke\nprofile: child\nstages: {overfit: {steps: 7}}\n")
+    config = load_profile(child)
+    assert config.stages.overfit.steps == 7 and config.stages.overfit.subset_size == 2  # merged key by key
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"extends: {loop}\nprofile: loop\n")
+    with pytest.raises(ProfileError, match="deeper than 8 profiles"):
+        load_profile(loop)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: [local]\nprofile: bad\n")
+    with pytest.raises(ProfileError, match="extends names a profile"):
+        load_profile(bad)

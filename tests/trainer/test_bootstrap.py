@@ -17,8 +17,6 @@ from envs.rollout import local_envs
 from envs.sandbox.world_copy import fork_world
 from envs.types import StopReason, Tier, Trajectory
 from trainer.bootstrap import (
-    BootstrapSpec,
-    NoiseRates,
     bootstrap,
     content_hash,
     draw_traces,
@@ -29,10 +27,10 @@ from trainer.bootstrap import (
 )
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.completions import EngineCompletions
-from trainer.model import TinyModelSpec, load_policy
+from trainer.model import load_policy
+from trainer.specs import BootstrapSpec, NoiseKind, NoiseRates, TinyModelSpec
 from trainer.tokenizer import train_tokenizer
 from trainer.traces import (
-    NoiseKind,
     ParityError,
     TokenizedTrace,
     Trace,

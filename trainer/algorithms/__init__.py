@@ -12,43 +12,24 @@ Typical use for one mini-batch (B trajectories, T token positions)::
         loss.backward()
 """
 
-from trainer.algorithms.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    broadcast_to_tokens,
-    compute_advantages,
-    grpo_advantages,
-    normalize_by_group_std,
-    rloo_advantages,
-)
-from trainer.algorithms.aggregation import AGGREGATIONS, token_weights
-from trainer.algorithms.config import AdvantageEstimator, Aggregation, AlgorithmConfig, PolicyLoss, TisMode
-from trainer.algorithms.filters import adaptive_length_penalty, overlong_filter, zero_variance_filter
-from trainer.algorithms.groups import GroupIndex, group_index
-from trainer.algorithms.losses import POLICY_LOSSES, bernoulli_kl, off_policy_correction, policy_loss
-from trainer.algorithms.registry import Registry
+from envs.lazy import lazy_exports
 
-__all__ = [
-    "ADVANTAGE_ESTIMATORS",
-    "AGGREGATIONS",
-    "POLICY_LOSSES",
-    "AdvantageEstimator",
-    "Aggregation",
-    "AlgorithmConfig",
-    "GroupIndex",
-    "PolicyLoss",
-    "Registry",
-    "TisMode",
-    "adaptive_length_penalty",
-    "bernoulli_kl",
-    "broadcast_to_tokens",
-    "compute_advantages",
-    "group_index",
-    "grpo_advantages",
-    "normalize_by_group_std",
-    "off_policy_correction",
-    "overlong_filter",
-    "policy_loss",
-    "rloo_advantages",
-    "token_weights",
-    "zero_variance_filter",
-]
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trainer.algorithms.advantages": [
+            "ADVANTAGE_ESTIMATORS",
+            "broadcast_to_tokens",
+            "compute_advantages",
+            "grpo_advantages",
+            "normalize_by_group_std",
+            "rloo_advantages",
+        ],
+        "trainer.algorithms.aggregation": ["AGGREGATIONS", "token_weights"],
+        "trainer.algorithms.config": ["AdvantageEstimator", "Aggregation", "AlgorithmConfig", "PolicyLoss", "TisMode"],
+        "trainer.algorithms.filters": ["adaptive_length_penalty", "overlong_filter", "zero_variance_filter"],
+        "trainer.algorithms.groups": ["GroupIndex", "group_index"],
+        "trainer.algorithms.losses": ["POLICY_LOSSES", "bernoulli_kl", "off_policy_correction", "policy_loss"],
+        "trainer.algorithms.registry": ["Registry"],
+    },
+)

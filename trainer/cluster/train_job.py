@@ -35,7 +35,7 @@ from trainer.loops import (
     run_async_loop,
     run_sync_loop,
 )
-from trainer.loops.config import LoopKind
+from trainer.loops.kinds import LoopKind
 
 
 class TrainJobSpec(BaseModel):

@@ -6,38 +6,23 @@ metrics = trainer.train_step(batch)                                    # micro-b
 save_checkpoint("runs/x/checkpoints", trainer, step=1, data_cursor=16, tokenizer=tok)
 """
 
-from trainer.local.batch import BatchStats, EmptyBatchError, MicroBatch, TrainBatch, first_fit_decreasing
-from trainer.local.checkpoint import (
-    CheckpointError,
-    CheckpointInfo,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    load_latest_checkpoint,
-    save_checkpoint,
-)
-from trainer.local.logprobs import Layout, TokenStats, token_stats
-from trainer.local.trainer import LocalTrainer, LRSchedule, StepMetrics, TrainerConfig, lr_multiplier
+from envs.lazy import lazy_exports
 
-__all__ = [
-    "BatchStats",
-    "CheckpointError",
-    "CheckpointInfo",
-    "EmptyBatchError",
-    "LRSchedule",
-    "Layout",
-    "LocalTrainer",
-    "MicroBatch",
-    "StepMetrics",
-    "TokenStats",
-    "TrainBatch",
-    "TrainerConfig",
-    "first_fit_decreasing",
-    "latest_checkpoint",
-    "list_checkpoints",
-    "load_checkpoint",
-    "load_latest_checkpoint",
-    "lr_multiplier",
-    "save_checkpoint",
-    "token_stats",
-]
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trainer.local.batch": ["BatchStats", "EmptyBatchError", "MicroBatch", "TrainBatch", "first_fit_decreasing"],
+        "trainer.local.checkpoint": [
+            "CheckpointError",
+            "CheckpointInfo",
+            "latest_checkpoint",
+            "list_checkpoints",
+            "load_checkpoint",
+            "load_latest_checkpoint",
+            "save_checkpoint",
+        ],
+        "trainer.local.config": ["Layout", "LRSchedule", "TrainerConfig"],
+        "trainer.local.logprobs": ["TokenStats", "token_stats"],
+        "trainer.local.trainer": ["LocalTrainer", "StepMetrics", "lr_multiplier"],
+    },
+)

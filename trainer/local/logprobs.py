@@ -24,19 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
 from trainer.algorithms.registry import Registry
+from trainer.local.config import Layout
 from trainer.local.packed_attention import per_sequence_attention, sequence_bounds
-
-
-class Layout(StrEnum):
-    PACKED = "packed"
-    PADDED = "padded"
 
 
 @dataclass(frozen=True)

@@ -24,78 +24,20 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from enum import StrEnum
 from functools import partial
-from typing import Self
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict
 from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel
 
-from trainer.algorithms import AlgorithmConfig, policy_loss
+from trainer.algorithms import policy_loss
 from trainer.algorithms.registry import Registry
 from trainer.local.batch import TrainBatch
-from trainer.local.logprobs import Layout, token_stats
-
-
-class LRSchedule(StrEnum):
-    CONSTANT = "constant"
-    COSINE = "cosine"
-
-
-class TrainerConfig(BaseModel):
-    """Optimizer, schedule and micro-batching of the local trainer; defaults follow the recipe's hero run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-    # --- core ---------------------------------------------------------------------------------------------------
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    """Advantages, aggregation, policy loss and filters."""
-    lr: float = Field(default=1e-6, gt=0)
-    """Peak AdamW learning rate."""
-    lr_schedule: LRSchedule = LRSchedule.CONSTANT
-    """Shape after warm-up: constant or cosine decay to ``min_lr_ratio · lr`` at ``total_steps``."""
-    warmup_steps: int = Field(default=0, ge=0)
-    """Linear warm-up steps W (multiplier (k + 1)/W)."""
-    total_steps: int | None = Field(default=None, gt=0)
-    """Optimizer steps of the whole run; required by the cosine schedule."""
-    token_budget: int = Field(default=4096, gt=0)
-    """Most tokens one forward computes (packed: Σ len; padded: rows × longest)."""
-    seed: int = 0
-    """Seeds python, numpy and torch RNGs when the trainer is built."""
-
-    # --- advanced -----------------------------------------------------------------------------------------------
-    betas: tuple[float, float] = (0.9, 0.98)
-    """AdamW (β1, β2)."""
-    weight_decay: float = Field(default=0.01, ge=0)
-    """AdamW decoupled weight decay (applied to every parameter)."""
-    grad_clip: float = Field(default=1.0, gt=0)
-    """Clip the global gradient L2 norm to this."""
-    min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
-    """Cosine floor m as a fraction of ``lr``."""
-    layout: Layout = Layout.PACKED
-    """Micro-batch layout: packed sequences (no padding compute) or padded rows."""
-
-    @field_validator("betas")
-    @classmethod
-    def _betas_in_range(cls, betas: tuple[float, float]) -> tuple[float, float]:
-        if not all(0 <= beta < 1 for beta in betas):
-            raise ValueError(f"betas must each lie in [0, 1), got {betas}")
-        return betas
-
-    @model_validator(mode="after")
-    def _schedule_is_complete(self) -> Self:
-        if self.lr_schedule == LRSchedule.COSINE and (
-            self.total_steps is None or self.total_steps <= self.warmup_steps
-        ):
-            raise ValueError(
-                f"lr_schedule 'cosine' needs total_steps > warmup_steps ({self.warmup_steps}), got {self.total_steps}"
-            )
-        return self
-
+from trainer.local.config import LRSchedule, TrainerConfig
+from trainer.local.logprobs import token_stats
 
 ScheduleFn = Callable[[int, TrainerConfig], float]
 LR_SCHEDULES: Registry[ScheduleFn] = Registry("learning-rate schedule")

@@ -11,25 +11,18 @@ hooks), ``policy`` (trainer set-up, resume, checkpoints), ``generation`` (where 
 in this process, ``engine_adapter.InProcessEngine``, or engine servers, ``trainer.vllm.remote.RemoteFleet``).
 """
 
-from trainer.loops.async_loop import AsyncLoopConfig, RuntimeKind, admission_capacity
-from trainer.loops.engine_adapter import InProcessEngine
-from trainer.loops.history import LoopHistory, StepRecord
-from trainer.loops.job import LoopHooks, LoopJob
-from trainer.loops.runtimes import run_async_loop
-from trainer.loops.stream import TaskFilter
-from trainer.loops.sync import SyncLoopConfig, run_sync_loop
+from envs.lazy import lazy_exports
 
-__all__ = [
-    "AsyncLoopConfig",
-    "InProcessEngine",
-    "LoopHistory",
-    "LoopHooks",
-    "LoopJob",
-    "RuntimeKind",
-    "StepRecord",
-    "SyncLoopConfig",
-    "TaskFilter",
-    "admission_capacity",
-    "run_async_loop",
-    "run_sync_loop",
-]
+__getattr__, __all__ = lazy_exports(
+    __name__,
+    {
+        "trainer.loops.async_loop": ["AsyncLoopConfig", "admission_capacity"],
+        "trainer.loops.kinds": ["LoopKind", "RuntimeKind"],
+        "trainer.loops.engine_adapter": ["InProcessEngine"],
+        "trainer.loops.history": ["LoopHistory", "StepRecord"],
+        "trainer.loops.job": ["LoopHooks", "LoopJob"],
+        "trainer.loops.runtimes": ["run_async_loop"],
+        "trainer.loops.stream": ["TaskFilter"],
+        "trainer.loops.sync": ["SyncLoopConfig", "run_sync_loop"],
+    },
+)

@@ -44,7 +44,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
@@ -57,21 +56,13 @@ from trainer.local import CheckpointInfo, StepMetrics
 from trainer.loops.config import LoopConfig
 from trainer.loops.history import LoopHistory, StepRecord, WallClock
 from trainer.loops.job import LoopHooks
+from trainer.loops.kinds import RuntimeKind
 from trainer.loops.rollouts import generated_tokens, has_signal, outcome, trainable
 
 log = logging.getLogger(__name__)
 
 MAX_REQUEUES = 3
 """Workers one stream position may kill before the run stops with its error."""
-
-
-class RuntimeKind(StrEnum):
-    ASYNCIO = "asyncio"
-    """Engine, harness and trainer in this process (the trainer in a worker thread)."""
-    SUBPROCESS = "subprocess"
-    """Engine and harness in this process, the trainer in a child process (no shared interpreter lock)."""
-    RAY = "ray"
-    """Engine (with the harness) and trainer as two Ray actors."""
 
 
 class AsyncLoopConfig(LoopConfig):

