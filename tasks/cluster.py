@@ -45,8 +45,8 @@ from trainer.cluster.jobs import ACTIVE, JobCommand, RayJobs
 from trainer.cluster.shards import ShardReader
 from trainer.cluster.train_job import TrainJobSpec
 from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord
-from trainer.loops.kinds import LoopKind
 from trainer.loops.history import HISTORY_FILE
+from trainer.loops.kinds import LoopKind
 from trainer.skyrl.metrics import metric_blocks, train_step_rows
 
 TRAIN_MODULE = "trainer.cluster.train_job"
