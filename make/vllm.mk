@@ -24,7 +24,7 @@ $(VLLM_STAMP): make/vllm.mk
 install-vllm: $(VLLM_STAMP)
 
 test-vllm: install install-vllm
-	$(PY) -m pytest -m vllm tests/integration/test_vllm_cpu.py
+	$(PY) -m pytest -m vllm tests/integration/test_vllm_cpu.py tests/integration/test_vllm_weight_sync.py
 
 bench-vllm: install install-vllm
 	$(PY) benchmarks/engine_vs_vllm.py

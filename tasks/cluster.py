@@ -254,7 +254,7 @@ class RayJobRunner:
                     record.job_id, timeout_s=self.target.job_timeout_s, on_log=watch.on_log, on_poll=watch.on_poll
                 )
                 self.ledger.record_job(key, record.model_copy(update={"status": status}))
-                watch.text = jobs.logs(record.job_id)
+                watch.text = jobs.logs_if_any(record.job_id) or watch.text
                 watch.ingest(watch.text)
                 if status == "SUCCEEDED":
                     break

@@ -12,7 +12,8 @@ Two placements of the same fleet:
   process's lifetime and reused by its later stages.
 
 Stages never talk to a server directly: ``engines(staging)`` returns the ``RemoteEngines`` a ``RemoteFleet`` client
-or a training loop uses, with the folder its weight versions go to.
+or a training loop uses, with the folder its weight versions go to. A base that ties its embeddings is served from an
+untied copy in the fleet's folder (``trainer.vllm.remote.untied_copy``: vLLM's in-place reload keeps a tied head).
 
     fleet = VllmFleet(FleetSpec(..., state_file=root / "engines.json", logs_dir=root / "logs"), cluster=target)
     engines = fleet.engines(staging=root / "weights")     # starts or reattaches
@@ -35,11 +36,11 @@ from tasks.artifacts import log
 from tasks.cluster import ClusterTarget
 from trainer.cluster.engine_job import FleetSpec, FleetState
 from trainer.cluster.jobs import ACTIVE, JobCommand, JobsError
-from trainer.vllm.remote import EngineKind, RemoteEngines
+from trainer.vllm.remote import EngineKind, RemoteEngines, ties_embeddings, untied_copy
 from trainer.vllm.server import VllmServer, healthy
 
 ENGINE_MODULE = "trainer.cluster.engine_job"
-RECORD_FILE, SPEC_FILE = "fleet.json", "spec.json"
+RECORD_FILE, SPEC_FILE, SERVED_MODEL = "fleet.json", "spec.json", "served-model"
 POLL_S = 2.0
 _LOCAL: dict[Path, tuple[str, list[VllmServer]]] = {}
 """Servers started by this process, by fleet folder: (spec digest, servers)."""
@@ -62,13 +63,26 @@ class VllmFleet:
         self.spec, self.cluster, self.root = spec, cluster, spec.state_file.parent
         fields = self.spec.model_dump(mode="json", exclude={"state_file", "logs_dir", "start_timeout_s"})
         self.digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+        # A tied model is served untied (trainer.vllm.remote: vLLM's in-place reload would keep its old head).
+        self.base, self.untied_head = Path(spec.model), ties_embeddings(Path(spec.model))
+        if self.untied_head:
+            self.spec = spec.model_copy(update={"model": str(self.root / SERVED_MODEL)})
 
     def engines(self, staging: Path) -> RemoteEngines:
         """The fleet's engines (started or reattached), with ``staging`` as their weights folder."""
         urls = self._cluster_urls() if self.cluster is not None else self._local_urls()
         return RemoteEngines(
-            urls=tuple(urls), model=self.spec.served_model_name, kind=EngineKind.VLLM, staging_dir=staging.resolve()
+            urls=tuple(urls),
+            model=self.spec.served_model_name,
+            kind=EngineKind.VLLM,
+            staging_dir=staging.resolve(),
+            untied_head=self.untied_head,
         )
+
+    def _prepare(self) -> None:
+        """What the engines load before they start: the untied copy of a tied base (written once per base)."""
+        if self.untied_head:
+            untied_copy(self.base, Path(self.spec.model))
 
     # --- here ---------------------------------------------------------------------------------------------------
 
@@ -77,6 +91,7 @@ class VllmFleet:
         if found is not None and found[0] == self.digest and all(server.alive() for server in found[1]):
             return [server.base_url for server in found[1]]
         self.stop()
+        self._prepare()
         servers = []
         try:
             for index in range(self.spec.engines):
@@ -116,6 +131,7 @@ class VllmFleet:
         starts = (record.starts if record else 0) + 1
         job_id = f"rl-recipe-{self.cluster.run_id}-engines-{starts}"
         self.spec.state_file.unlink(missing_ok=True)
+        self._prepare()
         self.spec.write(self.root / SPEC_FILE)
         command = JobCommand(ENGINE_MODULE, [str(self.root / SPEC_FILE)], self.cluster.python)
         jobs.submit(command, submission_id=job_id, metadata={"run": self.cluster.run_id, "role": "engines"})

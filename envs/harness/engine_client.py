@@ -59,6 +59,8 @@ class Sampling:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    """Generate ``max_tokens`` even past the end-of-sequence token (benchmarks, engine tests)."""
 
 
 @dataclass(frozen=True)

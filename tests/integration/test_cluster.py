@@ -103,12 +103,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list]:
     return data, policy, tasks
 
 
-def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], root: Path):  # type: ignore[no-untyped-def]
+def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], root: Path, steps: int = STEPS):  # type: ignore[no-untyped-def]
     """The overfit stage's training job as a stage would hand it to the runner (its catalog, folder, loop, cluster)."""
     tasks = [t for t in load_tasks(data) if t.task_id in task_ids]
     scope = StageScope(Catalog(root / "catalog.duckdb"), "overfit", "4-overfit", data / "worlds")
     loop = SyncLoopConfig(
-        steps=STEPS,
+        steps=steps,
         prompts_per_step=2,
         samples_per_prompt=4,
         checkpoint_every=1,
@@ -123,10 +123,17 @@ def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], roo
     return scope, job, target
 
 
-def run_stage(dashboard: str, data: str, policy: str, task_ids: list[str], root: str) -> None:
-    """What the submitting process runs (it is SIGKILLed midway)."""
-    scope, job, target = job_setup(dashboard, Path(data), Path(policy), task_ids, Path(root))
+def run_stage(dashboard: str, data: str, policy: str, task_ids: list[str], root: str, steps: int = STEPS) -> None:
+    """What the submitting process runs (it is SIGKILLed midway, or cancelled as a Prefect flow run)."""
+    scope, job, target = job_setup(dashboard, Path(data), Path(policy), task_ids, Path(root), steps)
     RayJobRunner(target, FileLedger(Path(root) / "ledger.json"))(scope, job)
+
+
+def run_stage_as_a_flow(*args: str | list[str] | int) -> None:
+    """``run_stage`` inside a Prefect flow run (its runner polls the run's state while it follows the job)."""
+    from prefect import flow
+
+    flow(name="stage-on-the-cluster")(run_stage)(*args)
 
 
 def newest_step(shards: Path) -> int:
@@ -190,7 +197,7 @@ def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver
     ours = [j for j in RayJobs(cluster.dashboard).listing() if j["metadata"].get("job") == "train-overfit-test"]
     assert sorted(j["status"] for j in ours) == ["FAILED", "SUCCEEDED"]  # the killed one and its resubmission
     assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
-    assert result.policy.parent.name == f"step-{STEPS:06d}"
+    assert result.policy.parent.name == f"step-{STEPS:08d}"
     assert_each_step_once(scope.catalog)
 
 
@@ -218,6 +225,33 @@ def test_a_trainer_node_killed_mid_job_the_job_finishes_on_the_other(cluster, en
     assert len(alive_nodes(cluster.dashboard)) == 3  # the head, the engine node and the surviving trainer node
     assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
     assert_each_step_once(scope.catalog)
+
+
+def test_cancelling_the_flow_run_stops_its_job(cluster, env, tmp_path, prefect_server, ops):
+    """A real Prefect server: the flow run is set to Cancelling through its API while the job runs; the flow's
+    follower sees it, stops the job, and the flow run ends (the job does not run on unwatched)."""
+    data, policy, tasks = env
+    task_ids = [t.task_id for t in tasks]
+    long = 400  # steps: minutes of work, far more than the test waits for
+    _, job, target = job_setup(cluster.dashboard, data, policy, task_ids, tmp_path, long)
+    arguments = f"{cluster.dashboard!r}, {str(data)!r}, {str(policy)!r}, {task_ids!r}, {str(tmp_path)!r}, {long}"
+    code = f"from tests.integration.test_cluster import run_stage_as_a_flow; run_stage_as_a_flow({arguments})"
+    flow = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=prefect_server, start_new_session=True)
+    try:
+        shards = target.job_dir("4-overfit", job.out_dir) / "shards"
+        wait_until(lambda: newest_step(shards) >= 1, 300, "the first step")
+        runs = ops.api(prefect_server, "POST", "/flow_runs/filter", json={})
+        [run] = [r for r in runs if r["state_type"] == "RUNNING"]
+        cancelling = {"state": {"type": "CANCELLING", "name": "Cancelling"}, "force": True}
+        ops.api(prefect_server, "POST", f"/flow_runs/{run['id']}/set_state", json=cancelling)
+        assert flow.wait(timeout=120) != 0
+    finally:
+        if flow.poll() is None:
+            os.killpg(flow.pid, signal.SIGKILL)
+    record = FileLedger(tmp_path / "ledger.json").job("train-overfit-test")
+    assert record is not None
+    wait_until(lambda: RayJobs(cluster.dashboard).find(record.job_id) == "STOPPED", 60, "the job stopped")
+    assert newest_step(shards) < long  # stopped midway, not run to the end
 
 
 @pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="needs .venv-vllm: make install-vllm")

@@ -156,6 +156,13 @@ class RayJobs:
     def logs(self, job_id: str) -> str:
         return str(self._json("GET", f"/api/jobs/{job_id}/logs", "job logs").get("logs", ""))
 
+    def logs_if_any(self, job_id: str) -> str | None:
+        """The job's log, or None when the dashboard cannot fetch it (the node that ran the job is gone)."""
+        try:
+            return self.logs(job_id)
+        except JobsError:
+            return None
+
     def stop(self, job_id: str) -> bool:
         """Ask the job to stop (SIGTERM to its entry point, SIGKILL after Ray's grace period); False if it had ended."""
         return bool(self._json("POST", f"/api/jobs/{job_id}/stop", "stop job").get("stopped", False))
@@ -188,7 +195,7 @@ class RayJobs:
         deadline, shown = time.monotonic() + timeout_s, 0
         while True:
             status = self.status(job_id)
-            text = self.logs(job_id)
+            text = self.logs_if_any(job_id) or ""
             if on_log is not None and len(text) > shown:
                 on_log(text[shown:])
             shown = max(shown, len(text))

@@ -92,6 +92,9 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per completion request would drown the steps
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a bar per checkpoint written, likewise
     spec = TrainJobSpec.read(Path(argv[0]))
     history = run(spec)
     print(f"[job {spec.label}] done: {len(history.steps)} steps in {history.wall_s:.1f} s", flush=True)
