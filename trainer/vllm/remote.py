@@ -214,7 +214,6 @@ class RemoteFleet:
 
         await asyncio.gather(*(one(api) for api in self._control))
 
-
     def _save(self, state: dict[str, Tensor], folder: Path) -> None:
         if self.engines.untied_head and HEAD not in state:
             state = state | {HEAD: state[EMBEDDING].clone()}
