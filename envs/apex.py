@@ -13,7 +13,9 @@
   A task with task files gets a world of its own, ``<world_id>.<task_id>``; the others share their world.
 * ``materialize_worlds(root, tasks, worlds)`` — unzips each world the tasks use into ``worlds/<world id>/`` (our
   layout: ``filesystem/`` and ``apps_data/``), overlays task files, and skips a world already built from the same
-  inputs.
+  inputs. A release comes from elsewhere: a zip whose entries would unzip past ``MAX_ENTRY_BYTES`` each or
+  ``MAX_WORLD_BYTES`` in all, or one compressed more than ``MAX_RATIO`` times (a zip bomb), is refused before anything
+  is written; so are links (in a zip, in task files, or a symlinked task files folder).
 
 APEX's grading rules travel with each task: a task whose ``expected_output`` is a file (anything but
 ``message_in_console``) carries ``envs.graders.REQUIRED_OUTPUTS`` — the suffixes read from ``expected_file_type`` —
@@ -56,6 +58,12 @@ CONSOLE_OUTPUT = "message_in_console"
 _STAMP = ".apex-world.json"  # at the world root: outside filesystem/ and apps_data/, so never in a diff
 # A zip's top-level folders that map onto our world's; any other entry is a file of filesystem/.
 _ROOT_MAP = {"filesystem": "filesystem", ".apps_data": "apps_data", "apps_data": "apps_data"}
+# What a world zip may unzip to. zipfile never writes more than an entry's declared size (it stops there and the CRC
+# check fails), so checking the declared sizes before unzipping bounds what reaches the disk.
+MAX_ENTRY_BYTES = 512 << 20
+MAX_WORLD_BYTES = 2 << 30
+MAX_RATIO = 100  # uncompressed / compressed of one entry; office files and text stay far below it
+_RATIO_FLOOR_BYTES = 1 << 20  # a smaller entry may compress further (a blank template): it cannot fill a disk
 
 
 class EvaluationOnlyTaskError(RecipeError, ValueError):
@@ -206,6 +214,10 @@ def _world_descriptions(root: Path) -> dict[str, dict[str, Any]]:
         data = parse_json(_read_text(path))
     except JsonError as exc:
         raise TaskLoadError(path, [(None, f"invalid JSON: {exc}")]) from None
+    for key, value in data.items() if isinstance(data, dict) else ():
+        if not isinstance(value, dict):
+            reason = f"must be an object (world_name, description, ...), not {value!r:.80}"
+            raise TaskLoadError(path, [(None, reason)], f"entry {key!r}")
     rows = [{"world_id": key, **value} for key, value in data.items()] if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(row, dict) and "world_id" in row for row in rows):
         raise TaskLoadError(path, [(None, "must be a list of objects with a world_id (or an object keyed by it)")])
@@ -213,7 +225,12 @@ def _world_descriptions(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def _task_files(root: Path, task_id: str) -> Path | None:
-    folder = root / TASK_FILES / task_id
+    """``task_files/<task_id>`` when it holds files; refused when it is (or lies under) a symlink, which would overlay
+    a host folder on the world."""
+    relative = f"{TASK_FILES}/{task_id}"
+    folder = root / relative
+    if folder.exists() and folder.resolve() != root.resolve() / relative:
+        raise TaskLoadError(root, [(relative, "is a symbolic link (or lies under one): task files must be a folder")])
     return folder if folder.is_dir() and any(folder.iterdir()) else None
 
 
@@ -255,9 +272,28 @@ def _world_path(name: str, source: Path) -> PurePosixPath:
     return PurePosixPath("filesystem", *parts)
 
 
+def _check_sizes(zipped: Path, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse a zip that would unzip past the caps (``MAX_ENTRY_BYTES``, ``MAX_WORLD_BYTES``, ``MAX_RATIO``), by the
+    sizes it declares, before anything is written."""
+    for info in infos:
+        if info.file_size > MAX_ENTRY_BYTES:
+            reason = f"entry {info.filename!r} unzips to {info.file_size} bytes, over the cap of {MAX_ENTRY_BYTES}"
+            raise TaskLoadError(zipped, [(None, reason)])
+        if info.file_size > max(_RATIO_FLOOR_BYTES, MAX_RATIO * info.compress_size):
+            ratio = info.file_size / max(info.compress_size, 1)
+            reason = (
+                f"entry {info.filename!r} is compressed {ratio:.0f} times, over the cap of {MAX_RATIO} (a zip bomb?)"
+            )
+            raise TaskLoadError(zipped, [(None, reason)])
+    total = sum(info.file_size for info in infos)
+    if total > MAX_WORLD_BYTES:
+        raise TaskLoadError(zipped, [(None, f"the world unzips to {total} bytes, over the cap of {MAX_WORLD_BYTES}")])
+
+
 def _unzip_world(zipped: Path, world: Path) -> None:
     try:
         with zipfile.ZipFile(zipped) as archive:
+            _check_sizes(zipped, archive.infolist())
             for info in archive.infolist():
                 if info.is_dir():
                     continue

@@ -5,8 +5,8 @@
 the final answer; file criteria read the after-world (``file_unchanged`` compares the bytes of both worlds);
 ``llm_judge`` asks a ``Judge`` — unless the task requires a file output (``REQUIRED_OUTPUTS`` in its metadata) and the
 rollout wrote or edited none, which fails the criterion without a judge call, as APEX grades; ``verifier_reward``
-reads the reward a Harbor verifier wrote to ``world_after/logs/verifier/``. Each criterion result carries a detail
-string saying what was expected and found.
+reads the reward a Harbor verifier wrote to ``world_after/logs/verifier/`` (a plain number in [0, 1], from a regular
+file: never through a symlink). Each criterion result carries a detail string saying what was expected and found.
 
 ``diff_worlds(before, after)`` lists the files added, removed and modified (by SHA-256 of their content) under
 ``filesystem/`` and ``apps_data/``: the evidence given to a judge, and what audits show.
@@ -59,6 +59,9 @@ VERIFIER_LOGS = Path("logs") / "verifier"
 EVIDENCE_CHARS_PER_FILE = 6_000
 EVIDENCE_CHARS_TOTAL = 30_000
 MAX_REWARD_BYTES = 1 << 20  # a verifier's reward file is a number or a small JSON object
+# A reward as a verifier prints it: digits, a point, an exponent. float() also reads "inf", "nan", "1_0" and
+# non-ASCII digits, none of which a verifier means as a reward.
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _TEXT_SUFFIXES = frozenset({".txt", ".md", ".csv", ".tsv", ".json", ".py", ".sh", ".html", ".xml", ".yaml", ".yml"})
 # What the document helpers raise on a file they cannot read: ToolError for a corrupt file, a missing sheet, a bad
 # cell reference or a formula that cannot be computed; OSError for a file that cannot be opened at all.
@@ -412,29 +415,48 @@ def _llm_judge(criterion: LlmJudge, ctx: _Context) -> str:
     return f"judge: met ({criterion.criteria!r}): {verdict.reason}"
 
 
+def _reward_text(logs: Path, name: str) -> str | None:
+    """The text of the reward file ``name`` (None: the verifier wrote none). A symlink is refused, never followed: the
+    verifier could point it at a host file, whose first characters the detail would then show. (The verifier's
+    processes are gone when it is graded: nothing can swap the file between the check and the read.)"""
+    path = logs / name
+    if path.is_symlink():
+        raise _Unmet(f"{VERIFIER_LOGS}/{name} is a symbolic link, not a reward file: not read")
+    return read_regular_bytes(path, MAX_REWARD_BYTES).decode(errors="replace") if path.is_file() else None
+
+
+def _in_reward_range(value: float) -> bool:
+    """Rewards lie in [0, 1]: a non-finite or out-of-range value is no reward (NaN compares false)."""
+    return 0 <= value <= 1
+
+
 def read_verifier_reward(world: Path) -> float:
-    """The reward a Harbor verifier wrote: ``logs/verifier/reward.txt`` (one float) takes precedence over
-    ``reward.json`` (``{"reward": x}``, or a dict of floats whose mean is the reward) — Harbor's own order."""
+    """The reward a Harbor verifier wrote, in [0, 1]: ``logs/verifier/reward.txt`` (one plain number) takes precedence
+    over ``reward.json`` (``{"reward": x}``, or a dict of numbers whose mean is the reward) — Harbor's own order.
+    Anything else (a non-finite or out-of-range value, ``1_0``, a symlink) is an unmet criterion, never a pass."""
     logs = world / VERIFIER_LOGS
-    text_file, json_file = logs / "reward.txt", logs / "reward.json"
-    if text_file.is_file():
-        raw = read_regular_bytes(text_file, MAX_REWARD_BYTES).decode(errors="replace").strip()
-        try:
-            return float(raw)
-        except ValueError:
-            raise _Unmet(f"{VERIFIER_LOGS}/reward.txt holds {raw[:80]!r}, not a number") from None
-    if not json_file.is_file():
+    text = _reward_text(logs, "reward.txt")
+    if text is not None:
+        raw = text.strip()
+        if not _PLAIN_NUMBER.fullmatch(raw) or not _in_reward_range(float(raw)):
+            raise _Unmet(f"{VERIFIER_LOGS}/reward.txt holds {raw[:80]!r}, not a number in [0, 1]")
+        return float(raw)
+    text = _reward_text(logs, "reward.json")
+    if text is None:
         raise _Unmet(f"the verifier wrote neither {VERIFIER_LOGS}/reward.txt nor reward.json")
     try:
-        data = parse_json(read_regular_bytes(json_file, MAX_REWARD_BYTES).decode(errors="replace"))
+        data = parse_json(text)
     except JsonError as exc:
         raise _Unmet(f"{VERIFIER_LOGS}/reward.json is not valid JSON: {exc}") from None
     if isinstance(data, dict) and "reward" in data:
         data = {"reward": data["reward"]}
-    values = list(data.values()) if isinstance(data, dict) else []
-    if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+    values = data if isinstance(data, dict) else {}
+    if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values.values()):
         raise _Unmet(f"{VERIFIER_LOGS}/reward.json must map names to numbers, found {str(data)[:120]}")
-    return sum(values) / len(values)
+    for key, value in values.items():
+        if not _in_reward_range(value):
+            raise _Unmet(f"{VERIFIER_LOGS}/reward.json: {key[:80]!r} is {value!r:.80}, not a number in [0, 1]")
+    return sum(values.values()) / len(values)
 
 
 @_grades(VerifierReward)

@@ -8,11 +8,14 @@
   (the oracle, run as one ``code_exec.run_bash`` call).
 
 Malformed input raises ``TaskLoadError`` naming the file, the line / row (or the task folder), the field and the
-reason. Loading is all or nothing: a file with one bad row loads no task.
+reason. Loading is all or nothing: a file with one bad row loads no task. A Harbor task folder is written by someone
+else: every path it names and every symlink in it must stay inside it (``resolve_task_path``), or a host file would
+reach the prompt or the sandbox.
 """
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.jsonio import JsonError, json_line, json_lines, parse_json
+from envs.paths import PathEscapeError, resolve_inside
 from envs.types import Criterion, Domain, Oracle, OracleStep, TaskSpec, VerifierReward
 
 _CRITERION_KINDS = frozenset(member.model_fields["kind"].default for member in get_args(get_args(Criterion)[0]))
@@ -167,6 +171,31 @@ HARBOR_TEST_SCRIPT = Path("tests") / "test.sh"
 HARBOR_SOLUTION_SCRIPT = Path("solution") / "solve.sh"
 
 
+def _inside(root: Path, relative: str) -> Path:
+    try:
+        return resolve_inside(root, relative)
+    except PathEscapeError:
+        reason = (
+            "leaves the folder (an absolute path, a '..' or a symlink pointing outside): it could bring a host file in"
+        )
+        raise TaskLoadError(root, [(relative, reason)]) from None
+
+
+def resolve_task_path(root: Path, relative: str) -> Path:
+    """``root / relative`` resolved (``root``: a task folder or its build context); ``TaskLoadError`` naming it when it
+    leaves ``root`` (an absolute path, a ``..``, a symlink pointing outside) or, for a folder, when any symlink under
+    it does. Whoever copies the result must keep its links as links (``symlinks=True``): a link is checked, not the
+    folder it points to."""
+    path = _inside(root, relative)
+    resolved_root = root.resolve()
+    for folder, dirs, files in os.walk(path) if path.is_dir() else ():
+        for name in dirs + files:
+            entry = Path(folder, name)
+            if entry.is_symlink():
+                _inside(resolved_root, entry.relative_to(resolved_root).as_posix())
+    return path
+
+
 def _harbor_toml(task_dir: Path) -> _HarborToml:
     toml_path = task_dir / "task.toml"
     if not toml_path.is_file():
@@ -187,6 +216,7 @@ def load_harbor(task_dir: Path) -> TaskSpec:
     """One Harbor task folder → a terminal-domain ``TaskSpec`` graded by its verifier's reward."""
     if not task_dir.is_dir():
         raise TaskLoadError(task_dir, [(None, "is not a folder")])
+    resolve_task_path(task_dir, ".")  # its prompt, scripts and environment: never a host file through a link
     instruction = task_dir / "instruction.md"
     if not instruction.is_file():
         raise TaskLoadError(task_dir, [("instruction.md", "is missing")])

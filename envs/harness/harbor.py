@@ -16,13 +16,19 @@ bind mounts (``run_in_phase``; the agent never sees ``/tests`` or ``/solution``)
 executed by ``envs.harness.harbor_docker``.
 
 ``task.toml`` is honoured: ``[agent]`` / ``[verifier]`` ``timeout_sec``, ``[environment]`` ``build_timeout_sec``,
-``memory_mb`` (the per-process address-space cap under bubblewrap, the container's memory in docker) and ``cpus``
-(docker only: bubblewrap has no CPU quota; the rlimits' CPU seconds still hold).
+``memory_mb`` (the per-process address-space cap under bubblewrap, the container's memory in docker; never above the
+host's configured cap) and ``cpus`` (docker only: bubblewrap has no CPU quota; the rlimits' CPU seconds still hold).
+
+Nothing of the host comes in through the task folder: every COPY source, every folder copied into the sandbox and
+every symlink in them must resolve inside the task folder (``envs.loaders.resolve_task_path``), and links are copied
+as links, never followed on the host.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +39,7 @@ from envs.apps.code_exec import MAX_TIMEOUT_S, ExecResult
 from envs.graders import VERIFIER_LOGS, read_verifier_reward
 from envs.harness.code_tools import DEFAULT_BASH_TIMEOUT_S, run_bash
 from envs.harness.dockerfile import Copy, DockerfileError, DockerfileRecipe, read_dockerfile
-from envs.loaders import HARBOR_SOLUTION_SCRIPT, HARBOR_TEST_SCRIPT
+from envs.loaders import HARBOR_SOLUTION_SCRIPT, HARBOR_TEST_SCRIPT, resolve_task_path
 from envs.oracle import OracleError
 from envs.sandbox.limits import Mount, ResourceLimits
 from envs.types import TaskSpec
@@ -44,6 +50,8 @@ VERIFIER_OUTPUT = "test-stdout.txt"
 TESTS_PATH = "/tests"
 SOLUTION_PATH = "/solution"
 VERIFIER_LOGS_PATH = "/" + VERIFIER_LOGS.as_posix()
+
+log = logging.getLogger(__name__)
 
 
 class Phase(StrEnum):
@@ -83,10 +91,23 @@ def harbor_task_dir(task: TaskSpec) -> Path:
 
 
 def task_limits(task: TaskSpec, limits: ResourceLimits | None) -> ResourceLimits:
-    """``limits`` (the environment's by default) with the task's ``[environment].memory_mb`` when it sets one."""
+    """``limits`` (the environment's by default: the host's configured cap) with the task's ``[environment].memory_mb``
+    when it sets one, never above that cap: a task may lower its memory, not raise it (a warning names the task)."""
     limits = limits or ResourceLimits.from_env()
     memory_mb = (task.metadata.get("environment") or {}).get("memory_mb")
-    return limits.model_copy(update={"memory_mb": memory_mb}) if memory_mb else limits
+    if not memory_mb:
+        return limits
+    if memory_mb > limits.memory_mb:
+        _warn_memory_capped(task.task_id, memory_mb, limits.memory_mb)
+    return limits.model_copy(update={"memory_mb": min(memory_mb, limits.memory_mb)})
+
+
+@functools.cache
+def _warn_memory_capped(task_id: str, asked_mb: int, cap_mb: int) -> None:
+    """Once per task and values: ``task_limits`` runs for every sample."""
+    log.warning(
+        "task %s: task.toml asks memory_mb = %d, over this host's cap: capped at %d MiB", task_id, asked_mb, cap_mb
+    )
 
 
 def _timeout(task: TaskSpec, key: str, default: float) -> float:
@@ -130,11 +151,13 @@ def run_in_phase(
 
 
 def upload(task: TaskSpec, sandbox: HarborSandbox, phase: Phase) -> None:
-    """Copy the task folders ``phase`` needs into the sandbox afresh (whatever an earlier phase left is replaced)."""
+    """Copy the task folders ``phase`` needs into the sandbox afresh (whatever an earlier phase left is replaced);
+    each must lie inside the task folder with every link in it, and links stay links (``resolve_task_path``)."""
     folders = {TESTS_PATH: sandbox.tests, SOLUTION_PATH: sandbox.solution}
     for source, target in PHASE_UPLOADS.get(phase, ()):
+        folder = resolve_task_path(harbor_task_dir(task), source.as_posix())
         shutil.rmtree(folders[target], ignore_errors=True)
-        shutil.copytree(harbor_task_dir(task) / source, folders[target])
+        shutil.copytree(folder, folders[target], symlinks=True)
 
 
 # --- setup: the Dockerfile's steps, followed in the sandbox ----------------------------------------------------------
@@ -148,8 +171,20 @@ def _host_path(sandbox: HarborSandbox, container_path: str) -> Path:
     return sandbox.workdir / path.relative_to(root)
 
 
+def _copy_sources(step: Copy, context: Path) -> list[Path]:
+    """What ``step``'s sources match, each inside the build context (as docker keeps them): an absolute source, a
+    ``..`` or a symlink leading out would copy a host file into the sandbox."""
+    matches = []
+    for source in step.sources:
+        resolve_task_path(context, source)  # the source as written, before it is matched
+        for match in sorted(glob.glob(source, root_dir=context)):
+            resolve_task_path(context, match)
+            matches.append(context / match)  # a link keeps its own name, as docker copies it
+    return matches
+
+
 def _copy_step(step: Copy, context: Path, sandbox: HarborSandbox) -> None:
-    sources = [Path(match) for source in step.sources for match in sorted(glob.glob(str(context / source)))]
+    sources = _copy_sources(step, context)
     if not sources:
         raise HarborEnvironmentError(f"COPY {' '.join(step.sources)}: nothing in the build context matches")
     dest = _host_path(sandbox, step.dest)
@@ -163,9 +198,15 @@ def _copy_step(step: Copy, context: Path, sandbox: HarborSandbox) -> None:
             shutil.copy2(source, target)
 
 
+def build_context(task: TaskSpec) -> Path:
+    """The task's ``environment/`` folder (its Dockerfile's build context), checked to hold nothing from outside the
+    task folder (``resolve_task_path``: it may itself be a symlink, but only to a folder of the task)."""
+    return resolve_task_path(harbor_task_dir(task), "environment")
+
+
 def build_workdir(task: TaskSpec, sandbox: HarborSandbox, recipe: DockerfileRecipe, limits: ResourceLimits) -> None:
     """Follow the Dockerfile's COPY and RUN steps in the sandbox (RUN under bubblewrap, as in the setup phase)."""
-    context = harbor_task_dir(task) / "environment"
+    context = build_context(task)
     timeout_s = min(build_timeout_s(task), MAX_TIMEOUT_S)
     for step in recipe.steps:
         if isinstance(step, Copy):
@@ -183,7 +224,7 @@ def create_sandbox(task: TaskSpec, root: Path, limits: ResourceLimits | None = N
 
     A task without ``environment/Dockerfile`` gets its ``environment/`` folder (if any) as the working folder.
     """
-    environment = harbor_task_dir(task) / "environment"
+    environment = build_context(task)
     try:
         recipe = read_dockerfile(environment / "Dockerfile")
     except DockerfileError as exc:
@@ -236,22 +277,22 @@ class DockerBuild:
 @dataclass(frozen=True)
 class HarborDockerPlan:
     """What a container for one Harbor sample needs: build (or pull) ``image``, start it with ``workdir`` as working
-    folder, no network, ``cpus`` / ``memory_mb`` and ``volumes`` bound (the verifier logs, read back on this host);
-    before each phase copy ``uploads[phase]`` in (``docker cp``), then ``docker exec`` its command
-    (``phase_command``) in ``workdir``."""
+    folder, no network, ``cpus`` / ``memory_mb`` (``task_limits``': task.toml's, never above the host's cap) and
+    ``volumes`` bound (the verifier logs, read back on this host); before each phase copy ``uploads[phase]`` in
+    (``docker cp``), then ``docker exec`` its command (``phase_command``) in ``workdir``."""
 
     image: str
     build: DockerBuild | None
     workdir: str
     cpus: float | None
-    memory_mb: int | None
+    memory_mb: int
     volumes: tuple[Mount, ...]
     uploads: dict[Phase, tuple[Mount, ...]]
 
 
 def dockerfile_build(task: TaskSpec, tag: str) -> DockerBuild | None:
     """How to build ``task``'s ``environment/Dockerfile`` as ``tag`` (None: the task has no Dockerfile)."""
-    context = harbor_task_dir(task) / "environment"
+    context = build_context(task)
     if not (context / "Dockerfile").is_file():
         return None
     return DockerBuild(context, context / "Dockerfile", tag, build_timeout_s(task))
@@ -262,8 +303,9 @@ def build_timeout_s(task: TaskSpec) -> float:
     return (task.metadata.get("environment") or {}).get("build_timeout_sec") or DEFAULT_BUILD_TIMEOUT_S
 
 
-def docker_plan(task: TaskSpec, sandbox: HarborSandbox) -> HarborDockerPlan:
-    """The container plan of ``task`` with ``sandbox`` as its host side (``build`` None: use ``docker_image``)."""
+def docker_plan(task: TaskSpec, sandbox: HarborSandbox, limits: ResourceLimits | None = None) -> HarborDockerPlan:
+    """The container plan of ``task`` with ``sandbox`` as its host side (``build`` None: use ``docker_image``), within
+    ``limits`` (the environment's by default); ``tests/`` and ``solution/`` checked as ``upload`` checks them."""
     environment = task.metadata.get("environment") or {}
     image = environment.get("docker_image") or f"rl-recipe-harbor-{task.task_id}:latest"
     build = None
@@ -273,7 +315,9 @@ def docker_plan(task: TaskSpec, sandbox: HarborSandbox) -> HarborDockerPlan:
             raise HarborEnvironmentError(f"task {task.task_id} has neither environment/Dockerfile nor docker_image")
     task_dir = harbor_task_dir(task)
     uploads = {
-        phase: tuple(Mount(task_dir / source, target, writable=False) for source, target in pairs)
+        phase: tuple(
+            Mount(resolve_task_path(task_dir, source.as_posix()), target, writable=False) for source, target in pairs
+        )
         for phase, pairs in PHASE_UPLOADS.items()
     }
     return HarborDockerPlan(
@@ -281,7 +325,7 @@ def docker_plan(task: TaskSpec, sandbox: HarborSandbox) -> HarborDockerPlan:
         build=build,
         workdir=sandbox.cwd,
         cpus=environment.get("cpus"),
-        memory_mb=environment.get("memory_mb"),
+        memory_mb=task_limits(task, limits).memory_mb,
         volumes=(Mount(sandbox.logs, VERIFIER_LOGS_PATH),),
         uploads=uploads,
     )

@@ -9,10 +9,13 @@ from the Dockerfile it came from (or is ``BASE_IMAGE`` when the task has none). 
 step fetches packages (``apt-get``, ``pip``, ``curl``, ...): then ``--network host`` at build time, never at run time.
 
 Sample: one container (``HarborContainer``) idling on ``sleep infinity`` with no network, ``cpus`` / ``memory_mb`` from
-task.toml, the verifier logs bind-mounted from the host sandbox, and the owner label, so a container whose process died
-of SIGKILL is swept (``envs.sandbox.docker.sweep_orphans``); it is removed on exit, timeout or error. ``solution/`` is
-copied in (``docker cp``) only for the oracle and ``tests/`` only for the verifier, so the agent never sees them; each
-phase's command runs through ``docker exec`` under coreutils' ``timeout`` (its whole process group killed).
+task.toml (memory never above the host's cap: ``task_limits``), the verifier logs bind-mounted from the host sandbox,
+and the owner label, so a container whose process died of SIGKILL is swept (``envs.sandbox.docker.sweep_orphans``); it
+is removed on exit, timeout or error. ``solution/`` is copied in (``docker cp``) only for the oracle and ``tests/`` only
+for the verifier, so the agent never sees them; each phase's command runs through ``docker exec`` under coreutils'
+``timeout`` (its whole process group killed). The build context and the copied folders are the ones
+``envs.harness.harbor`` checked: inside the task folder, no symlink leading out (docker itself keeps COPY sources inside
+the context and copies links as links).
 
 Example::
 
@@ -256,7 +259,7 @@ def harbor_container(
 ) -> Iterator[HarborContainer]:
     """A started container for one sample of ``task`` (its host side under ``root``), removed on exit."""
     client = client or docker_client()
-    plan = docker_plan(task, HarborSandbox(root.resolve()))  # only the logs' host folder is known before the image
+    plan = docker_plan(task, HarborSandbox(root.resolve()), limits)  # only the logs' folder is known before the image
     image = resolve_image(client, task, plan)
     workdir = client.images.get(image).attrs["Config"].get("WorkingDir") or DEFAULT_WORKDIR  # Harbor's cwd: WORKDIR
     sandbox = HarborSandbox(root.resolve(), workdir)
@@ -270,8 +273,8 @@ def harbor_container(
         working_dir=workdir,  # created when the image lacks it
         network_mode="none",
         nano_cpus=int(plan.cpus * 1e9) if plan.cpus else None,
-        mem_limit=f"{plan.memory_mb}m" if plan.memory_mb else None,
-        memswap_limit=f"{plan.memory_mb}m" if plan.memory_mb else None,
+        mem_limit=f"{plan.memory_mb}m",
+        memswap_limit=f"{plan.memory_mb}m",
         pids_limit=task_limits(task, limits).max_processes,
         volumes={str(mount.source): {"bind": mount.target, "mode": "rw"} for mount in plan.volumes},
         labels={HARBOR_LABEL: task.task_id, OWNER_LABEL: this_owner()},

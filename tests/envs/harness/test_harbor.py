@@ -84,7 +84,8 @@ def test_task_toml_resources_and_timeouts():
         "docker_image": None, "build_timeout_sec": 120.0, "cpus": 1.0, "memory_mb": 2048, "storage_mb": 1024,
     }  # fmt: skip
     assert (task.metadata["agent_timeout_sec"], task.metadata["verifier_timeout_sec"]) == (120.0, 60.0)
-    assert task_limits(task, ResourceLimits(memory_mb=512)).memory_mb == 2048
+    assert task_limits(task, ResourceLimits(memory_mb=8192)).memory_mb == 2048
+    assert task_limits(task, ResourceLimits(memory_mb=512)).memory_mb == 512  # never above the host's cap
 
 
 def test_the_dockerfile_steps_the_local_provider_follows(tmp_path):
