@@ -13,8 +13,10 @@ How it behaves under failure:
 * A reply that is not a verdict is re-asked (the bad reply and a correction go back into the conversation).
 * ``auth`` (401/403) and ``bad_request`` (other 4xx) fail at once; anything left failing after ``max_attempts``
   HTTP attempts raises ``JudgeError`` carrying its ``ApiFailure`` class.
-* Keys never reach logs, reprs, exceptions or serialised config: they are ``SecretStr`` and any server text
-  that is quoted (an error body may echo the key) is redacted first.
+* Keys never reach logs, reprs, exceptions or serialised config: they are ``SecretStr``, stripped and checked at load
+  (a key an HTTP header cannot carry is refused naming where it came from: sent, the HTTP library would quote it),
+  and any server text that is quoted (an error body may echo the key, JSON-escaped or URL-encoded too) is redacted
+  first. A password in ``base_url`` is redacted the same way, and reprs mask the URL's userinfo.
 
 The HTTP itself — key rotation, the timeout on each attempt, failure classes, ``Retry-After``, the jittered
 backoff, redaction — is ``envs.openai_http``'s; the retry loop, the re-ask and the metrics are the judge's own.
@@ -40,25 +42,29 @@ import logging
 import math
 import os
 import random
+import re
 import statistics
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError
 
+from envs.errors import RecipeError
 from envs.faults import JUDGE_FAULTS, FaultInjector
 from envs.graders import JudgeVerdict
-from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice
+from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice, public_url
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
 CHAT_PATH = "/chat/completions"
+_HEADER_SAFE_KEY = re.compile(r"[\x21-\x7e]+")
+"""A key ``Authorization: Bearer <key>`` can carry: visible ASCII, no whitespace or control character inside."""
 
 # --- configuration ---------------------------------------------------------------------------------------------------
 
@@ -71,7 +77,7 @@ class JudgeConfig(BaseModel):
     ``Authorization`` header (a local vLLM judge).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     # core
     base_url: str = Field(min_length=1, description="OpenAI-compatible root, e.g. http://host:8000/v1")
@@ -89,24 +95,45 @@ class JudgeConfig(BaseModel):
     max_evidence_chars: int = Field(default=20_000, ge=0, description="longer evidence is cut to fit the context")
 
     def resolve_keys(self) -> list[SecretStr]:
-        """Direct keys first, then the ones in ``api_key_env``; raises if the named variable is unset or empty."""
-        keys = list(self.api_keys)
+        """Direct keys first, then the ones in ``api_key_env``, each stripped of the whitespace around it (a key file's
+        last newline). Raises ``JudgeKeyError`` if the named variable is unset or empty, or a key is empty or holds a
+        character an HTTP header cannot carry; the error names where the key came from, never the key."""
+        keys = [_clean_key(key.get_secret_value(), f"judge api_keys[{i}]") for i, key in enumerate(self.api_keys)]
         if self.api_key_env is not None:
-            raw = os.environ.get(self.api_key_env, "")
-            from_env = [SecretStr(part.strip()) for part in raw.split(",") if part.strip()]
-            if not from_env:
-                raise ValueError(f"judge api_key_env names {self.api_key_env!r}, but that variable is unset or empty")
-            keys.extend(from_env)
-        if any(not key.get_secret_value() for key in keys):
-            raise ValueError("judge api_keys must not contain empty keys")
+            parts = [part for part in os.environ.get(self.api_key_env, "").split(",") if part.strip()]
+            if not parts:
+                raise JudgeKeyError(
+                    f"judge api_key_env names {self.api_key_env!r}, but that variable is unset or empty"
+                )
+            keys += [_clean_key(part, f"key {i + 1} of ${self.api_key_env}") for i, part in enumerate(parts)]
         return keys
 
     def call_deadline_s(self) -> float:
         """Upper bound on one criterion's wall time: every attempt timing out and every sleep at its cap."""
         return self.max_attempts * (self.timeout_s + self.backoff_max_s) + 1.0
 
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        """Pydantic's, with ``base_url``'s userinfo masked: ``user:password@`` may hold a key."""
+        return [(name, public_url(value) if name == "base_url" else value) for name, value in super().__repr_args__()]
+
+
+def _clean_key(raw: str, source: str) -> SecretStr:
+    """``raw`` without the whitespace around it; ``JudgeKeyError`` naming ``source`` if it is empty or holds a character
+    an ``Authorization`` header cannot carry — sent, the HTTP library would refuse it quoting the whole header."""
+    key = raw.strip()
+    if not _HEADER_SAFE_KEY.fullmatch(key):
+        raise JudgeKeyError(
+            f"{source} is empty or holds a character an HTTP header cannot carry (a control character, whitespace "
+            "inside the key, non-ASCII); fix the key"
+        )
+    return SecretStr(key)
+
 
 # --- failures --------------------------------------------------------------------------------------------------------
+
+
+class JudgeKeyError(RecipeError, ValueError):
+    """The judge's keys cannot be used as configured; the message says where a key came from, never the key."""
 
 
 class JudgeError(Exception):

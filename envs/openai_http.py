@@ -9,7 +9,9 @@ request bodies and read their reply fields; this module owns the rest:
 * **timeouts** — ``timeout_s`` bounds every call, connect to last byte (httpx's per-phase limits, connect at most
   ``CONNECT_TIMEOUT_S``, under one wall-clock limit);
 * **failures** — every failure raises ``ApiError`` with its ``ApiFailure`` class (``classify_status`` for HTTP
-  answers) and a message ``<path>: <detail>``; server text quoted in it has every key replaced by ``***`` first;
+  answers) and a message ``<path>: <detail>``; server text quoted in it has every secret (the keys, a password in the
+  base URL) replaced by ``***`` first, in every form a server may echo it in (``echoes``); a base URL's userinfo
+  (``user:password@``) is sent as Basic auth and kept out of the URL that reprs and httpx's log lines show;
 * **replies** — ``post_json`` returns a JSON object or raises ``malformed_response``; ``first_choice`` reads a
   completion's first choice;
 * **retries** — the policy is the caller's (the judge retries, the harness re-runs a rollout instead); the parts of
@@ -29,13 +31,17 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import base64
 import email.utils
 import itertools
+import json
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Self
+from urllib.parse import quote, quote_plus, unquote
 
 import httpx
 from pydantic import SecretStr
@@ -46,6 +52,8 @@ CONNECT_TIMEOUT_S = 30.0
 """Cap on the connect phase: a peer that takes longer to accept a connection is not coming."""
 QUOTE_CHARS = 500
 """How much server text an error message quotes (enough for vLLM's context-length refusals)."""
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+"""A URL's scheme and userinfo (``user:password@``): the userinfo runs to the last ``@`` before the path."""
 
 
 class ApiFailure(StrEnum):
@@ -116,6 +124,33 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def public_url(url: str) -> str:
+    """``url`` fit for reprs, logs and errors: its userinfo (``user:password@``, a credential) masked as ``***@``."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``url`` without its userinfo, and the user name and password it held (decoded; None: it held none)."""
+    found = _USERINFO.match(url)
+    if found is None:
+        return url, None
+    user, _, password = found.group(2).partition(":")
+    return found.group(1) + url[found.end() :], (unquote(user), unquote(password))
+
+
+def echoes(secret: str) -> set[str]:
+    """The forms a server may quote ``secret`` back in: as is, JSON-escaped (``\\/`` too, as PHP writes ``/``),
+    percent-encoded (path or form style), and base64 (alone, or the ``Bearer`` header it came in)."""
+    escaped = json.dumps(secret)[1:-1]
+    plain = {secret, escaped, escaped.replace("/", "\\/"), quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    return plain | {base64.b64encode(text.encode()).decode() for text in (secret, f"Bearer {secret}")}
+
+
+def _alternation(texts: set[str]) -> re.Pattern[str] | None:
+    """One pattern matching any of ``texts``, the longest first (so no shorter form leaves a longer one's tail)."""
+    return re.compile("|".join(map(re.escape, sorted(texts, key=len, reverse=True)))) if texts else None
+
+
 class ApiClient:
     """An ``httpx.AsyncClient`` on one base URL; use as an async context manager (or call ``aclose``)."""
 
@@ -134,13 +169,19 @@ class ApiClient:
         one with ``limits``."""
         if faults is not None:
             transport = FaultTransport(transport or httpx.AsyncHTTPTransport(limits=limits), faults, fault_kinds)
+        # A user name and password in the URL go as Basic auth, as httpx would send them, but not in the URL it logs.
+        base_url, userinfo = split_userinfo(base_url)
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self._keys = list(keys)
         self._key_cycle = itertools.cycle(self._keys)
+        # The URL's password is a secret too; a lone user name is one when an API takes the key as the user.
+        secrets = [key.get_secret_value() for key in self._keys] + ([userinfo[1] or userinfo[0]] if userinfo else [])
+        self._secret_echoes = _alternation(set().union(*(echoes(secret) for secret in secrets if secret)))
         timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, CONNECT_TIMEOUT_S))
         options: dict[str, Any] = {"transport": transport} | ({"limits": limits} if limits is not None else {})
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, **options)
+        auth = httpx.BasicAuth(*userinfo) if userinfo else None
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, auth=auth, **options)
 
     def __repr__(self) -> str:
         return f"ApiClient(base_url={self.base_url!r}, keys={len(self._keys)})"
@@ -155,9 +196,10 @@ class ApiClient:
         await self._http.aclose()
 
     def redact(self, text: str, limit: int = QUOTE_CHARS) -> str:
-        """Server text fit for logs and errors: every key replaced by ``***`` (before cutting: no key half survives)."""
-        for key in self._keys:
-            text = text.replace(key.get_secret_value(), "***")
+        """Server text fit for logs and errors: every secret, in every form it may be echoed in, replaced by ``***``
+        (before cutting: no secret half survives)."""
+        if self._secret_echoes is not None:
+            text = self._secret_echoes.sub("***", text)
         return text[:limit]
 
     async def post_json(

@@ -58,6 +58,8 @@ TEXT_FILTERS = (*COLUMN_FILTERS, "task", "tool", "call_error")
 COUNTED_TABLES = ("trajectories", "tool_calls", "turns", "train_steps", "evals")
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
+MAX_OFFSET = 2**31
+"""Beyond any catalog's row count, and well inside the 64-bit integer DuckDB binds OFFSET to."""
 MAX_COMPARE = 200
 MAX_SIGNATURES = 20
 MAX_STEPS = 20_000
@@ -193,6 +195,8 @@ class Page:
             raise QueryError(f"limit must be between 1 and {MAX_PAGE}, not {self.limit}")
         if self.offset < 0:
             raise QueryError(f"offset must be 0 or more, not {self.offset}")
+        if self.offset > MAX_OFFSET:
+            raise QueryError(f"offset must be at most {MAX_OFFSET}, not {self.offset}")
 
     @classmethod
     def from_params(cls, params: Mapping[str, str]) -> Page:

@@ -13,8 +13,10 @@ Routes (GET; every answer is JSON from ``queries.Explorer`` except the page and 
 ``/api/curves``                 train steps, eval summaries, the stages' tables (ablation arms, transfer suites)
 ==============================  =====================================================================================
 
-A bad parameter answers 400 with ``{"error": message}``. Handlers are plain functions: Starlette runs them in its
-thread pool, and each answer opens its own read-only connection (``queries.CatalogReader``). No Prefect import here.
+A bad parameter answers 400 with ``{"error": message}``; a request another site's page sends (an ``Origin`` not the
+server's own, a DNS-rebound ``Host``: ``envs.net.LocalSiteGuard``) answers 403 in the same shape. Handlers are plain
+functions: Starlette runs them in its thread pool, and each answer opens its own read-only connection
+(``queries.CatalogReader``). No Prefect import here.
 
     uvicorn.run(create_app(Explorer(store, decoder)), host="127.0.0.1", port=8765)
 """
@@ -26,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from envs.net import LocalSiteGuard
 from tasks.explorer.queries import Explorer, Page, QueryError, TrajectoryFilter
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -101,7 +105,8 @@ def create_app(explorer: Explorer) -> Starlette:
         Route("/api/curves", curves),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={QueryError: bad_query})
+    guard = Middleware(LocalSiteGuard, refuse=lambda reason: _json({"error": reason}, 403))
+    return Starlette(routes=routes, exception_handlers={QueryError: bad_query}, middleware=[guard])
 
 
 def serve(explorer: Explorer, host: str, port: int) -> None:

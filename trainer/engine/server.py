@@ -14,7 +14,9 @@ one too long to fit the context is refused before it is read.
 
 The control routes (pause, resume, update_weights) change what every client gets: with a control token
 (``--control-token`` or ``$RL_RECIPE_ENGINE_TOKEN``) they need ``Authorization: Bearer <token>``, and a server bound
-beyond loopback refuses to start without one.
+beyond loopback refuses to start without one. Every route refuses, with a 403, what a browser sends for another
+site's page: an ``Origin`` not the server's own, or (on loopback) a ``Host`` that does not name it — a DNS-rebound
+name (``envs.net.LocalSiteGuard``). The trainer's Python client sends neither, so it is served as before.
 
     python -m trainer.engine.server runs/x/policy/step-0 --port 8000
 
@@ -29,22 +31,24 @@ state they share in ``served`` (``app.state.served``), and the request and error
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
+from http import HTTPStatus
 from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
 from envs.errors import RecipeError
+from envs.net import LocalSiteGuard, is_loopback
 from trainer.engine import routes
 from trainer.engine.engine import Engine, EngineConfig
 from trainer.engine.served import ServedModel
 from trainer.engine.types import CONTROL_TOKEN_ENV
-from trainer.engine.wire import install_error_handlers
+from trainer.engine.wire import error_body, install_error_handlers
 from trainer.model import load_policy
 
 
@@ -65,7 +69,8 @@ class ServeOptions:
 
 def create_app(engine: Engine, model_name: str, control_token: str | None = None) -> FastAPI:
     """The HTTP app for `engine` (which must carry a tokenizer); the app closes the engine on shutdown. With
-    `control_token`, the control routes need the header ``Authorization: Bearer <control_token>``."""
+    `control_token`, the control routes need the header ``Authorization: Bearer <control_token>``. Requests another
+    site's page sends (``envs.net.foreign_site``) get a 403: a browser could otherwise pause a local engine."""
     served = ServedModel.of(engine, model_name, control_token)
 
     @asynccontextmanager
@@ -76,6 +81,7 @@ def create_app(engine: Engine, model_name: str, control_token: str | None = None
     app = FastAPI(title="rl-recipe local engine", lifespan=lifespan)
     app.state.served = served
     install_error_handlers(app)
+    app.add_middleware(LocalSiteGuard, refuse=partial(error_body, HTTPStatus.FORBIDDEN))
     for router in (routes.generation, routes.status, routes.control):
         app.include_router(router)
     return app
@@ -104,16 +110,6 @@ def serve(
         flush=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address or ``localhost``) reaches only this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve anywhere
-        return False
 
 
 def default_served_name(model_dir: str | os.PathLike[str]) -> str:

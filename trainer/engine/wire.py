@@ -1,6 +1,7 @@
 """The server's wire format (OpenAI / vLLM): request bodies, and the error body every refusal and failure gets.
 
-Request models are strict: a wrong JSON type is refused with a 400, never coerced. Every error is
+Request models are strict: a wrong JSON type is refused with a 400, never coerced, and so is a string that is not
+Unicode (a lone surrogate, which JSON's ``\\ud800`` escapes can carry but no tokenizer or reply can). Every error is
 ``{"error": {"message", "type", "code"}}``; ``install_error_handlers`` maps validation errors, engine refusals and
 ``ApiError`` to 4xx bodies naming what was wrong, and anything unexpected to a 500 of the same shape (the process
 keeps serving).
@@ -14,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from trainer.engine.types import EngineRequestError, SamplingParams, Seed
@@ -37,6 +38,15 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     return_token_ids: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode_only(cls, data: Any) -> Any:
+        """Refuse a lone surrogate anywhere in the body: the tokenizer and the error body would fail on it (a 500)."""
+        where = lone_surrogate_at(data)
+        if where is not None:
+            raise ValueError(f"{where or 'the body'} holds a lone surrogate (e.g. \\ud800), which is not text")
+        return data
+
     def sampling_params(self, max_tokens: int | None, logprobs: int) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         return SamplingParams(
@@ -49,6 +59,30 @@ class SamplingFields(BaseModel):
             ignore_eos=self.ignore_eos,
             logprobs=logprobs,
         )
+
+
+def lone_surrogate_at(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first string in decoded JSON holding a lone surrogate, in a value or in a key (then the
+    path of its object); None when every string is text. The path never quotes the string: no error body could."""
+    if isinstance(value, str):
+        return None if _is_unicode(value) else path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if not _is_unicode(str(key)):
+            return path
+        found = lone_surrogate_at(item, f"{path}.{key}".lstrip("."))
+        if found is not None:
+            return found
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` is encodable (as UTF-8): false exactly when it holds a lone surrogate."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class CompletionRequest(SamplingFields):
