@@ -79,12 +79,12 @@ JUDGE_FAULTS = (FaultKind.JUDGE_429, FaultKind.JUDGE_500, FaultKind.JUDGE_SLOW, 
 class FaultPlan(BaseModel):
     """What to inject: each call at a site fails with chance ``rate``, as one of ``kinds`` that site can produce."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     rate: float = Field(0.0, ge=0.0, le=1.0)
     """Chance that one call at an injection site fails (0: off)."""
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
     stall_s: float = Field(600.0, gt=0.0)
     """How long a hang or stall lasts: longer than the timeout that is to catch it (the tool call's, ``timeout_s``)."""
     timeout_s: float = Field(30.0, gt=0.0)

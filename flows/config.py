@@ -20,10 +20,12 @@ import hashlib
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envs.errors import RecipeError
 from envs.faults import FaultPlan
@@ -65,8 +67,37 @@ class StageName(StrEnum):
         return f"{self.index}-{self.value}"
 
 
+# Plausible ranges: generous enough for the largest cluster run, tight enough that a slip (a few zeros too many, NaN)
+# fails at load with its field path instead of hours into a run. Every float is finite (``allow_inf_nan=False``).
+MAX_SEED = 2**63
+"""Seeds are 0 ≤ seed < 2**63: every consumer (random, numpy, torch, vLLM) takes a signed 64-bit one."""
+MAX_STEPS = 10**6
+"""Steps, epochs, passes, samples, turns, tasks and intervals counted in them."""
+MAX_PARALLEL = 65_536
+"""Workers, rollouts in flight (or started per second), KV slots, sandboxes, nodes, engines, parallel degrees."""
+MAX_WORLDS_PER_DOMAIN = 1000
+"""Each world is generated on disk."""
+MAX_TIMEOUT_S = 30 * 86_400.0
+"""Timeouts: a month (a cluster job's default is a week)."""
+MAX_GIB = 65_536.0
+"""Memory of one GPU or one host."""
+MAX_TOKENS = 2**24
+"""Context windows and token budgets."""
+MAX_BAR = 2.0
+"""A bar on a difference of rewards or Pass@1 (each in [0, 1]) lies in ±2: a confidence bound can pass ±1 on few
+tasks, and the smoke profile's plumbing-only bars sit at ±2."""
+PROFILE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+"""A profile's name starts its run ids (``tasks.run_store.RUN_ID``), so it is a plain folder name."""
+
+Seed = Annotated[int, Field(ge=0, lt=MAX_SEED)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIMEOUT_S)]
+RewardBar = Annotated[float, Field(ge=-MAX_BAR, le=MAX_BAR)]
+Resources = dict[str, Annotated[float, Field(ge=0)]]
+"""Ray resources by name (``{"GPU": 8}``)."""
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 # --- where things come from ------------------------------------------------------------------------------------------
@@ -75,9 +106,9 @@ class _Section(BaseModel):
 class EnvironmentSection(_Section):
     data: Path = Path("data")
     """Data folder: worlds + task sets (``recipe envs generate``); generated when missing."""
-    seed: int = 0
+    seed: Seed = 0
     """Seed of the world and task generators."""
-    worlds_per_domain: int = Field(DEFAULT_WORLDS_PER_DOMAIN, ge=HELDOUT_WORLD_INDEX)
+    worlds_per_domain: int = Field(DEFAULT_WORLDS_PER_DOMAIN, ge=HELDOUT_WORLD_INDEX, le=MAX_WORLDS_PER_DOMAIN)
     """Worlds per domain: world 3 is held out, 1, 2 and 4 … n are train worlds."""
 
 
@@ -112,7 +143,7 @@ class TaskSelection(_Section):
     """Tiers the pipeline trains and evaluates on (the tiny local model learns the toy tier)."""
     policy_apps_only: bool = True
     """Keep only tasks whose oracle uses nothing but the policy's apps (a policy never sees the other tools)."""
-    limit: int | None = Field(None, ge=2)
+    limit: int | None = Field(None, ge=2, le=MAX_STEPS)
     """Keep the first N train and the first N held-out tasks (the smoke profile's seconds-per-stage runs)."""
 
 
@@ -154,7 +185,7 @@ class VllmSection(_Section):
     """The address engines listen on (None: their node's address; 127.0.0.1 on a one-machine cluster)."""
     kv_cache_gib: float = Field(1.0, gt=0, le=1024)
     """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``); GPUs use ``gpu_memory_utilization``."""
-    start_timeout_s: float = Field(900.0, gt=0)
+    start_timeout_s: Seconds = 900.0
     """How long the engines may take to load and answer /health."""
 
 
@@ -168,7 +199,7 @@ class EngineSection(_Section):
     """Sequences decoded together (KV slots) by the local engine, or by each vLLM engine."""
     compile: bool = False
     """torch.compile the local engine's decode step."""
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: Seconds = 600.0
     """Per-request timeout of HTTP calls to the engine."""
     vllm: VllmSection = VllmSection()
     """How the run's vLLM engines are launched (backend vllm): on the cluster's nodes, or here without a cluster."""
@@ -183,7 +214,7 @@ class JudgeSection(_Section):
 
 
 class SandboxSection(_Section):
-    pool_per_world: int = Field(2, ge=1)
+    pool_per_world: int = Field(2, ge=1, le=MAX_PARALLEL)
     """Warm sandboxes per world in the de-risk stage's pool."""
     variants: tuple[BadVariant, ...] = ()
     """Known-bad tool variants served by the gateways (to prove the de-risk gate catches them)."""
@@ -192,13 +223,36 @@ class SandboxSection(_Section):
 class AlertsSection(_Section):
     webhook_url: str | None = None
     """Where a failed nightly gate is reported: a JSON POST (run, stage, the failed criteria); none: no alert."""
-    timeout_s: float = Field(10.0, gt=0)
+    timeout_s: Seconds = 10.0
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_only(cls, url: str | None) -> str | None:
+        """An alert is an HTTP POST; any other scheme (``file://``) would send the run's details somewhere else."""
+        parts = urlsplit(url or "")  # a malformed URL ("http://[::1") raises ValueError: refused as well
+        if url is not None and (parts.scheme not in ("http", "https") or not parts.hostname):
+            raise ValueError(f"must be an http:// or https:// URL with a host, got {url[:80]!r}")
+        return url
 
 
 class ScheduleSection(_Section):
     nightly_cron: str = "0 2 * * *"
     """When the nightly overfit gate runs (cron, in ``timezone``)."""
     timezone: str = "UTC"
+    """A tz database name (``Europe/Paris``)."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone_name(cls, name: str) -> str:
+        """A name ``zoneinfo`` knows. It reads the file the name points to, so a path (``..``, a leading ``/``) is
+        refused before it is looked up."""
+        try:
+            if ".." in name or name.startswith("/"):
+                raise ValueError(name)
+            ZoneInfo(name)
+        except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError; a name too long, an OSError
+            raise ValueError(f"must be a time zone name such as UTC or Europe/Paris, got {name[:80]!r}") from None
+        return name
 
 
 # --- training --------------------------------------------------------------------------------------------------------
@@ -207,26 +261,26 @@ class ScheduleSection(_Section):
 class RolloutSection(_Section):
     """Rollout and loop knobs shared by the training stages (each stage may override its batch)."""
 
-    prompts_per_step: int = Field(8, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_STEPS)
     """B: prompt groups per optimizer step."""
-    samples_per_prompt: int = Field(8, ge=2)
+    samples_per_prompt: int = Field(8, ge=2, le=MAX_STEPS)
     """n: rollouts per group."""
-    workers: int = Field(8, ge=1)
+    workers: int = Field(8, ge=1, le=MAX_PARALLEL)
     """K: fully-async generation workers."""
-    max_staleness: int = Field(1, ge=0)
+    max_staleness: int = Field(1, ge=0, le=MAX_STEPS)
     """S: optimizer steps a group may lag the weights that train on it."""
-    max_concurrency: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_PARALLEL)
     """Rollouts in flight at most (cluster: 550 for 35B, 300 for 397B)."""
-    rate_limit_per_s: float | None = Field(None, gt=0)
+    rate_limit_per_s: float | None = Field(None, gt=0, le=MAX_PARALLEL)
     """New trajectories started per second at most (cluster: 3)."""
-    epochs: int = Field(1, ge=1)
-    checkpoint_every: int = Field(5, ge=0)
-    eval_every: int = Field(0, ge=0)
+    epochs: int = Field(1, ge=1, le=MAX_STEPS)
+    checkpoint_every: int = Field(5, ge=0, le=MAX_STEPS)
+    eval_every: int = Field(0, ge=0, le=MAX_STEPS)
 
 
 class LocalNodeSection(_Section):
     num_cpus: int = Field(1, ge=0, le=1024)
-    resources: dict[str, float] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=dict)
 
 
 class LocalClusterSection(_Section):
@@ -249,30 +303,30 @@ class ClusterSection(_Section):
     None: the run folder itself, right for a cluster on this one machine."""
     python: str = "python"
     """The interpreter of the jobs' entry points on the nodes; a relative path is taken from the repository root."""
-    engine_resources: dict[str, float] | None = None
+    engine_resources: Resources | None = None
     """Ray resources one engine takes (None: ``{"GPU": engine_tensor_parallel}``; a CPU cluster: ``{"engine": 1}``)."""
-    trainer_resources: dict[str, float] = Field(default_factory=dict)
+    trainer_resources: Resources = Field(default_factory=dict)
     """Ray resources the node running a training job's entry point must have (a CPU cluster: ``{"trainer": 1}``)."""
-    job_timeout_s: float = Field(7 * 86400.0, gt=0)
+    job_timeout_s: Seconds = 7 * 86400.0
     max_job_attempts: int = Field(3, ge=1, le=100)
     """Submissions of one training job (a failed one is resubmitted from its newest checkpoint)."""
     local: LocalClusterSection | None = None
     """The one-machine cluster ``recipe cluster up`` starts (None: the cluster exists already)."""
-    gpus_per_node: int = Field(8, ge=1)
-    inference_nodes: int = Field(ge=1)
-    train_nodes: int = Field(ge=1)
-    engines: int = Field(ge=1)
+    gpus_per_node: int = Field(8, ge=1, le=MAX_PARALLEL)
+    inference_nodes: int = Field(ge=1, le=MAX_PARALLEL)
+    train_nodes: int = Field(ge=1, le=MAX_PARALLEL)
+    engines: int = Field(ge=1, le=MAX_PARALLEL)
     """vLLM engines."""
-    engine_tensor_parallel: int = Field(ge=1)
-    megatron_tensor_parallel: int = Field(ge=1)
-    megatron_expert_parallel: int = Field(1, ge=1)
-    megatron_pipeline_parallel: int = Field(1, ge=1)
-    megatron_context_parallel: int = Field(1, ge=1)
-    gpu_memory_gib: float = Field(141.0, gt=0)
+    engine_tensor_parallel: int = Field(ge=1, le=MAX_PARALLEL)
+    megatron_tensor_parallel: int = Field(ge=1, le=MAX_PARALLEL)
+    megatron_expert_parallel: int = Field(1, ge=1, le=MAX_PARALLEL)
+    megatron_pipeline_parallel: int = Field(1, ge=1, le=MAX_PARALLEL)
+    megatron_context_parallel: int = Field(1, ge=1, le=MAX_PARALLEL)
+    gpu_memory_gib: float = Field(141.0, gt=0, le=MAX_GIB)
     """Memory of one GPU (H200: 141)."""
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     """Share of an engine GPU's memory vLLM may use for weights, activations and KV cache."""
-    max_model_len: int | None = Field(None, ge=2)
+    max_model_len: int | None = Field(None, ge=2, le=MAX_TOKENS)
     """The context window each vLLM engine holds (``--max-model-len``); None: the harness's context budget. The
     cluster profiles hold 262144, the eval context (RECIPE: train 160k, eval 262k)."""
     optimizer_offload_fraction: float = Field(0.0, ge=0, le=1)
@@ -303,31 +357,31 @@ class DeriskStage(_Section):
     """How the oracles reach the tools: the MCP gateway in pooled stdio sandboxes, as rollouts do."""
     oracle_worlds: tuple[str, ...] | None = None
     """Check the oracles of these worlds' tasks only (None: every task; the smoke profile checks one world)."""
-    rollout_samples: int = Field(4, ge=2)
+    rollout_samples: int = Field(4, ge=2, le=MAX_STEPS)
     """The base's rollouts per train task (reward variance needs at least 2)."""
     thresholds: DeriskThresholds = DeriskThresholds()
 
 
 class TitoThresholds(_Section):
-    max_misalignments: int = Field(0, ge=0)
-    min_multi_call_rollouts: int = Field(4, ge=1)
+    max_misalignments: int = Field(0, ge=0, le=MAX_STEPS)
+    min_multi_call_rollouts: int = Field(4, ge=1, le=MAX_STEPS)
     """Rollouts with at least two tool calls the check must have seen (a TITO check needs multi-turn rollouts)."""
 
 
 class TitoStage(_Section):
-    tasks: int = Field(16, ge=1)
+    tasks: int = Field(16, ge=1, le=MAX_STEPS)
     """Train tasks rolled out, those whose oracle needs the most tool calls first."""
-    samples: int = Field(4, ge=1)
-    max_turns: int = Field(6, ge=2)
+    samples: int = Field(4, ge=1, le=MAX_STEPS)
+    max_turns: int = Field(6, ge=2, le=MAX_STEPS)
     thresholds: TitoThresholds = TitoThresholds()
 
 
 class SweepSpace(_Section):
     """Knob values tried one at a time around the profile's defaults (one-factor-at-a-time sweep)."""
 
-    token_budget: tuple[int, ...] = (2048, 8192)
-    max_num_seqs: tuple[int, ...] = (32,)
-    workers: tuple[int, ...] = (4,)
+    token_budget: tuple[Annotated[int, Field(ge=1, le=MAX_TOKENS)], ...] = (2048, 8192)
+    max_num_seqs: tuple[Annotated[int, Field(ge=1, le=MAX_PARALLEL)], ...] = (32,)
+    workers: tuple[Annotated[int, Field(ge=1, le=MAX_PARALLEL)], ...] = (4,)
     layout: tuple[Layout, ...] = (Layout.PADDED,)
 
 
@@ -336,20 +390,20 @@ class SystemsThresholds(_Section):
     """Mean |log π_train − log μ_engine| over sampled tokens (RECIPE: healthy < 0.03)."""
     max_trainer_idle_share: float = Field(0.7, ge=0, le=1)
     """Σ wait_for_generation_buffer / wall of the chosen knobs' trial."""
-    memory_budget_gib: float = Field(16.0, gt=0)
+    memory_budget_gib: float = Field(16.0, gt=0, le=MAX_GIB)
     """Memory the plan (weights, optimizer, KV cache) must fit in (local: host RAM; cluster: per GPU)."""
 
 
 class SystemsStage(_Section):
     sweep: SweepSpace = SweepSpace()
-    steps_per_trial: int = Field(2, ge=1)
-    prompts_per_step: int = Field(4, ge=1)
-    samples_per_prompt: int = Field(4, ge=2)
+    steps_per_trial: int = Field(2, ge=1, le=MAX_STEPS)
+    prompts_per_step: int = Field(4, ge=1, le=MAX_STEPS)
+    samples_per_prompt: int = Field(4, ge=2, le=MAX_STEPS)
     thresholds: SystemsThresholds = SystemsThresholds()
 
 
 class OverfitThresholds(_Section):
-    min_reward_gain: float = 0.1
+    min_reward_gain: RewardBar = 0.1
     """Subset mean reward after − before (each from ``eval_samples`` rollouts per task); a negative bar only checks
     the plumbing (the smoke profile)."""
     max_p_value: float = Field(0.01, gt=0, le=1)
@@ -357,13 +411,13 @@ class OverfitThresholds(_Section):
 
 
 class OverfitStage(_Section):
-    subset_size: int = Field(16, ge=2)
+    subset_size: int = Field(16, ge=2, le=MAX_STEPS)
     """Train tasks with non-zero reward variance under the base (RECIPE: 32); the de-risk gate wants this many."""
-    prompts_per_step: int = Field(8, ge=1)
-    samples_per_prompt: int = Field(8, ge=2)
-    steps: int = Field(16, ge=1)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_STEPS)
+    samples_per_prompt: int = Field(8, ge=2, le=MAX_STEPS)
+    steps: int = Field(16, ge=1, le=MAX_STEPS)
     """The step budget the gain must show within."""
-    eval_samples: int = Field(8, ge=2)
+    eval_samples: int = Field(8, ge=2, le=MAX_STEPS)
     thresholds: OverfitThresholds = OverfitThresholds()
 
 
@@ -406,10 +460,10 @@ class AblationsStage(_Section):
     baseline: str = "baseline"
     prior: str = "dppo_prompt_mean_nudge"
     """The recipe's landed arm: kept when no arm is a gain beyond noise (the published evidence stands)."""
-    steps: int = Field(4, ge=1)
-    prompts_per_step: int = Field(8, ge=1)
-    samples_per_prompt: int = Field(8, ge=2)
-    eval_passes: int = Field(2, ge=1)
+    steps: int = Field(4, ge=1, le=MAX_STEPS)
+    prompts_per_step: int = Field(8, ge=1, le=MAX_STEPS)
+    samples_per_prompt: int = Field(8, ge=2, le=MAX_STEPS)
+    eval_passes: int = Field(2, ge=1, le=MAX_STEPS)
     """k passes of the held-out set per arm."""
     confidence: float = Field(0.95, gt=0, lt=1)
 
@@ -427,27 +481,27 @@ class AblationsStage(_Section):
 
 
 class HeroThresholds(_Section):
-    min_ci_low: float = Field(0.0)
+    min_ci_low: RewardBar = 0.0
     """The paired CI of held-out Pass@1 (trained − base) must lie above this: beats base beyond noise."""
 
 
 class HeroStage(_Section):
-    steps: int = Field(24, ge=1)
-    prompts_per_step: int | None = Field(None, ge=1)
-    samples_per_prompt: int | None = Field(None, ge=2)
-    checkpoint_every: int = Field(4, ge=0)
-    eval_passes: int = Field(4, ge=1)
+    steps: int = Field(24, ge=1, le=MAX_STEPS)
+    prompts_per_step: int | None = Field(None, ge=1, le=MAX_STEPS)
+    samples_per_prompt: int | None = Field(None, ge=2, le=MAX_STEPS)
+    checkpoint_every: int = Field(4, ge=0, le=MAX_STEPS)
+    eval_passes: int = Field(4, ge=1, le=MAX_STEPS)
     confidence: float = Field(0.95, gt=0, lt=1)
     thresholds: HeroThresholds = HeroThresholds()
 
 
 class TransferThresholds(_Section):
-    max_regression: float = Field(0.0, ge=0)
+    max_regression: float = Field(0.0, ge=0, le=MAX_BAR)
     """A suite regresses when the paired CI of trained − base lies entirely below −max_regression."""
 
 
 class TransferStage(_Section):
-    passes: int = Field(2, ge=1)
+    passes: int = Field(2, ge=1, le=MAX_STEPS)
     code_only: bool = True
     """Same tasks (held-out), other harness: code-only tools."""
     terminal: bool = True
@@ -474,9 +528,9 @@ class StagesSection(_Section):
 class RecipeConfig(_Section):
     """One pipeline run's config; every stage reads its own section and the shared ones."""
 
-    profile: str = Field(min_length=1)
+    profile: str = Field(max_length=64, pattern=PROFILE_NAME)
     description: str = ""
-    seed: int = 0
+    seed: Seed = 0
     runs_root: Path = Path("runs")
     environment: EnvironmentSection = EnvironmentSection()
     policy: PolicySection = PolicySection()
@@ -520,15 +574,15 @@ class RunChanges(BaseModel):
     """The changes to a profile most often made for one run, as typed fields (the Prefect UI shows them as a form);
     unset fields keep the profile's value. Anything else: ``overrides`` (KEY=VALUE)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
-    overfit_steps: int | None = Field(None, ge=1)
+    overfit_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     """Optimizer steps of the overfit gate (stages.overfit.steps)."""
-    overfit_min_reward_gain: float | None = None
+    overfit_min_reward_gain: RewardBar | None = None
     """The overfit gate's bar: subset reward after − before (stages.overfit.thresholds.min_reward_gain)."""
-    hero_steps: int | None = Field(None, ge=1)
+    hero_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     """Optimizer steps of the hero run (stages.hero.steps)."""
-    hero_min_ci_low: float | None = None
+    hero_min_ci_low: RewardBar | None = None
     """The hero gate's bar: the low end of the held-out Pass@1 gain's CI (stages.hero.thresholds.min_ci_low)."""
     learning_rate: float | None = Field(None, gt=0)
     """AdamW peak learning rate (trainer.lr)."""

@@ -61,6 +61,18 @@ def _version(info: RunInfo | StageManifest) -> str:
     return version.commit[:10] + ("+dirty" if version.dirty else "")
 
 
+def _finding(finding: Any) -> tuple[str, str]:
+    """A gate finding as (subject, "problem → advice"). The manifest holds it as plain JSON (any version may have
+    written it, or a person), so one that lacks a key or is not a mapping is shown with the fields it has rather than
+    failing the audit or the report."""
+    if not isinstance(finding, dict):
+        return "?", str(finding)
+    subject = str(finding.get("subject", "?"))
+    if "problem" in finding and "advice" in finding:
+        return subject, f"{finding['problem']} → {finding['advice']}"
+    return subject, ", ".join(f"{key}: {value}" for key, value in finding.items() if key != "subject")
+
+
 def audit_lines(store: RunStore) -> list[str]:
     """The audit trail of a run, one line per fact."""
     info = store.info()
@@ -84,8 +96,7 @@ def audit_lines(store: RunStore) -> list[str]:
                 f"    {verdict:<4} {c['name']}: {_fmt(c['measured'])} {c['op']} {_fmt(c['threshold'])}"
                 + (f"  ({c['detail']})" if c.get("detail") else "")
             )
-        for f in gate.get("findings", []):
-            lines.append(f"    finding {f['subject']}: {f['problem']} → {f['advice']}")
+        lines += [f"    finding {subject}: {text}" for subject, text in map(_finding, gate.get("findings", []))]
         for name, path in gate.get("artifacts", {}).items():
             lines.append(f"    artifact {name}: {store.root / path}")
         for name, value in m.outputs.items():
@@ -181,11 +192,9 @@ def write_report(store: RunStore, out: Path | None = None) -> ReportFiles:
         gate = _gate_table(m)
         md += [f"## {m.folder}: {m.status.value}", "", gate.markdown(), ""]
         page += [f"<h2>{html.escape(m.folder)}: {html.escape(m.status.value)}</h2>", gate.html()]
-        for f in m.gate.get("findings", []):
-            md.append(f"- **{f['subject']}**: {f['problem']} → {f['advice']}")
-            page.append(
-                f"<p><b>{html.escape(f['subject'])}</b>: {html.escape(f['problem'])} → {html.escape(f['advice'])}</p>"
-            )
+        for subject, text in map(_finding, m.gate.get("findings", [])):
+            md.append(f"- **{subject}**: {text}")
+            page.append(f"<p><b>{html.escape(subject)}</b>: {html.escape(text)}</p>")
         for name, relative in m.gate.get("artifacts", {}).items():
             path = store.root / relative
             if path.suffix != ".png" or not path.is_file():

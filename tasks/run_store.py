@@ -8,9 +8,11 @@ Layout (docs/architecture.md, step 11)::
         <n>-<stage>/manifest.json  StageManifest: status, fingerprint, inputs, outputs, metrics, gate, timings
         <n>-<stage>/...          what the stage wrote: gate.md, plots, checkpoints, outputs named in the manifest
 
-Every file is written atomically (``envs.files``). The store is generic JSON: it knows stage folder names but not
-the config's or the gate's types, which live in ``flows`` (tasks never import flows). A stage whose manifest says
-``passed`` with the fingerprint the current config gives is reused on resume instead of run again.
+Every file is written atomically (``envs.files``) and read back through ``envs.jsonio.parse_json``: a damaged or
+hostile file (bad syntax, nesting 200 000 levels deep, a 5000-digit integer) is a ``RunStoreError`` naming it. The
+store is generic JSON: it knows stage folder names but not the config's or the gate's types, which live in ``flows``
+(tasks never import flows). A stage whose manifest says ``passed`` with the fingerprint the current config gives is
+reused on resume instead of run again. A run id is one plain folder name (``check_run_id``).
 
     store = RunStore.create(Path("runs"), "local", config_json)
     store.write_manifest(StageManifest(stage="derisk", folder="1-derisk", status=StageStatus.RUNNING, ...))
@@ -19,8 +21,8 @@ the config's or the gate's types, which live in ``flows`` (tasks never import fl
 
 from __future__ import annotations
 
-import json
 import platform
+import re
 import secrets
 import subprocess
 import time
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.errors import RecipeError
 from envs.files import atomic_write_text
+from envs.jsonio import JsonError, parse_json
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -42,6 +45,11 @@ MANIFEST_FILE = "manifest.json"
 CATALOG_FILE = "catalog.duckdb"
 GIT_TIMEOUT_S = 10.0
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
+MAX_RUN_ID = 128
+RUN_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_RUN_ID - 1}}}")
+"""A run id is one folder name: no path separators, no ``..``, short enough for every file system and log line."""
+STAGE_FOLDER = re.compile(r"(\d{1,3})-[^/]+")
+"""``<index>-<stage>`` (``4-overfit``): the folders a run's manifests live in."""
 
 
 class RunStoreError(RecipeError, ValueError):
@@ -139,6 +147,26 @@ def new_run_id(profile: str) -> str:
     return f"{profile}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+def check_run_id(run_id: str) -> str:
+    """``run_id`` when it can name a run folder (``RUN_ID``); a ``RunStoreError`` otherwise, quoting at most the start
+    of a long one so the error stays one readable line."""
+    if RUN_ID.fullmatch(run_id):
+        return run_id
+    shown = f"{run_id[:40]!r}… ({len(run_id)} characters)" if len(run_id) > 60 else repr(run_id)
+    raise RunStoreError(
+        f"{shown} is not a run id: at most {MAX_RUN_ID} letters, digits, '.', '_' or '-', starting with a letter or "
+        "digit (a run folder named otherwise: give its path)"
+    )
+
+
+def _holds_run(root: Path) -> bool:
+    """Whether ``root`` is a run folder; a path the OS refuses to look at (a name too long) is none."""
+    try:
+        return (root / RUN_FILE).is_file()
+    except OSError:
+        return False
+
+
 class RunStore:
     """One run folder; see the module docstring."""
 
@@ -157,8 +185,9 @@ class RunStore:
     def create(
         cls, runs_root: Path, profile: str, config: dict[str, Any], config_hash: str, run_id: str | None = None
     ) -> RunStore:
-        """A new run folder with its ``run.json`` (``run_id`` defaults to ``<profile>-<time>-<random>``)."""
-        store = cls(runs_root / (run_id or new_run_id(profile)))
+        """A new run folder with its ``run.json`` (``run_id`` defaults to ``<profile>-<time>-<random>``; either must
+        pass ``check_run_id``, so the folder lands under ``runs_root`` and nowhere else)."""
+        store = cls(runs_root / check_run_id(run_id or new_run_id(profile)))
         if (store.root / RUN_FILE).exists():
             raise RunStoreError(f"{store.root} already holds a run; resume it (recipe run --resume {store.run_id})")
         info = RunInfo(
@@ -174,19 +203,27 @@ class RunStore:
 
     @classmethod
     def open(cls, runs_root: Path, run: str) -> RunStore:
-        """An existing run by id (under ``runs_root``) or by path."""
+        """An existing run by id (under ``runs_root``) or by path; a bare name (no separator) must be a run id."""
+        if "/" not in run and run not in (".", ".."):
+            check_run_id(run)
         candidates = [Path(run), runs_root / run]
         for root in candidates:
-            if (root / RUN_FILE).is_file():
+            if _holds_run(root):
                 return cls(root)
         raise RunStoreError(f"no run {run!r}: neither {candidates[0]} nor {candidates[1]} holds a {RUN_FILE}")
 
     @classmethod
     def exists(cls, runs_root: Path, run: str) -> bool:
-        return (runs_root / run / RUN_FILE).is_file() or (Path(run) / RUN_FILE).is_file()
+        return _holds_run(runs_root / run) or _holds_run(Path(run))
 
     def info(self) -> RunInfo:
         return _read_model(self.root / RUN_FILE, RunInfo)
+
+    def verify(self) -> None:
+        """Read ``run.json`` and every manifest, so a damaged one fails now (``RunStoreError`` naming it) rather than
+        after a command has started a flow or a server on the run."""
+        self.info()
+        self.manifests()
 
     def write_info(self, info: RunInfo) -> None:
         atomic_write_text(self.root / RUN_FILE, info.model_dump_json(indent=2) + "\n")
@@ -216,9 +253,15 @@ class RunStore:
         atomic_write_text(self.stage_dir(manifest.folder) / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
 
     def manifests(self) -> list[StageManifest]:
-        """Every stage manifest, in stage order (folder names start with the stage's index)."""
-        found = sorted(self.root.glob(f"*/{MANIFEST_FILE}"), key=lambda p: int(p.parent.name.split("-", 1)[0]))
-        return [_read_model(path, StageManifest) for path in found]
+        """Every stage manifest, in stage order (``STAGE_FOLDER`` names start with the stage's index). A manifest in any
+        other folder is refused, naming it: which stage it records cannot be told, and skipping it could hide one."""
+        found = []
+        for path in self.root.glob(f"*/{MANIFEST_FILE}"):
+            folder = STAGE_FOLDER.fullmatch(path.parent.name)
+            if folder is None:
+                raise RunStoreError(f"{path} is not in a stage folder (<index>-<stage>, e.g. 1-derisk): move it away")
+            found.append((int(folder[1]), path))
+        return [_read_model(path, StageManifest) for _, path in sorted(found)]
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the run folder (manifests store relative paths, so a run folder can move); a path
@@ -236,10 +279,12 @@ class RunStore:
 
 def _read_model(path: Path, model: type[M]) -> M:
     try:
-        return model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return model.model_validate(parse_json(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise RunStoreError(f"{path} is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except OSError as error:  # a folder where the file should be, no permission
+        raise RunStoreError(f"cannot read {path}: {error.strerror}") from None
+    except (JsonError, UnicodeDecodeError) as error:
         raise RunStoreError(f"{path} is not valid JSON: {error}") from None
     except ValidationError as error:
         raise RunStoreError(f"{path} is not a {model.__name__}: {error.errors()[0]['msg']}") from None

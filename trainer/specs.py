@@ -21,7 +21,7 @@ SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with 
 class TinyModelSpec(BaseModel):
     """Shape of the locally built Qwen3 policy (defaults: ~0.9 M parameters besides the embedding)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     layers: int = Field(4, ge=1)
     hidden: int = Field(128, ge=8)
@@ -33,7 +33,7 @@ class TinyModelSpec(BaseModel):
     rope_theta: float = Field(1_000_000.0, gt=0)
     rms_norm_eps: float = Field(1e-6, gt=0)
     initializer_range: float = Field(0.02, gt=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TinyModelSpec:
@@ -53,7 +53,7 @@ class NoiseKind(StrEnum):
 class NoiseRates(BaseModel):
     """Probability that a training trace's first call is wrong in each way (the rest are oracle traces)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     wrong_tool: float = Field(0.10, ge=0, le=1)
     wrong_file: float = Field(0.08, ge=0, le=1)
@@ -72,10 +72,10 @@ class NoiseRates(BaseModel):
 class BootstrapSpec(BaseModel):
     """Everything that decides the base model (the cache key hashes it)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # core
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)
     model: TinyModelSpec = TinyModelSpec(max_position=1024)
     vocab_size: int = Field(2048, ge=300)
     tiers: tuple[Tier, ...] = Field((Tier.TOY,), min_length=1)

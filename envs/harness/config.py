@@ -11,7 +11,7 @@ from envs.harness.chat import ANSWER_INSTRUCTIONS, ToolListing
 class HarnessConfig(BaseModel):
     """Knobs of the MCP harness; defaults are the recipe's hero numbers (RECIPE "Hero configuration")."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     # core
     max_turns: int = Field(64, ge=1)
@@ -19,7 +19,9 @@ class HarnessConfig(BaseModel):
     context_budget_tokens: int = Field(160_000, ge=2, description="prompt + all turns (train 160k, eval 262k)")
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = Field(None, description="base sampling seed; each (sample, turn) gets its own")
+    seed: int | None = Field(
+        None, ge=-(2**63), lt=2**63, description="base sampling seed; each (sample, turn) gets its own"
+    )
     # advanced
     tool_result_max_chars: int = Field(42_000, ge=1, description="longer tool results are cut, with a marker")
     tool_timeout_s: float = Field(300.0, gt=0.0)

@@ -65,6 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     store, _ = open_pipeline_run(
         None if args.resume and not args.profile_given else args.profile, args.resume, args.set, Path(runs_root)
     )
+    store.verify()  # a damaged run file fails here, in one line, before Prefect starts
     state = pipeline(
         profile=None,
         resume=str(store.root),
@@ -85,6 +86,7 @@ def _stage(args: argparse.Namespace) -> int:
     from tasks.run_store import RunStore
 
     store = RunStore.open(Path(args.runs_root), args.run)
+    store.verify()  # a damaged run file fails here, in one line, before Prefect starts
     state = STAGE_FLOWS[StageName(args.name)](run=str(store.root), runs_root=args.runs_root, return_state=True)
     print_stages(store.root)
     return 0 if state.is_completed() else 1

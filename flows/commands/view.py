@@ -36,6 +36,7 @@ def _view(args: argparse.Namespace) -> int:
     from tasks.run_store import RunStore
 
     store = RunStore.open(Path(args.runs_root), args.run)
+    store.verify()  # a damaged run.json or manifest fails in one line, not on every page the server serves
     tokenizer = Path(args.tokenizer) if args.tokenizer else find_tokenizer(store)
     try:
         decoder = load_decoder(tokenizer) if tokenizer else None

@@ -50,7 +50,7 @@ ROLLOUT_RATIO_LOSSES = frozenset({PolicyLoss.GLM5, PolicyLoss.DPPO_BINARY_TV, Po
 class AlgorithmConfig(BaseModel):
     """Advantages, token aggregation, policy loss, off-policy corrections, filters and shaping."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
     # --- core ---------------------------------------------------------------------------------------------------
     advantage_estimator: AdvantageEstimator = AdvantageEstimator.GRPO

@@ -24,7 +24,7 @@ class LRSchedule(StrEnum):
 class TrainerConfig(BaseModel):
     """Optimizer, schedule and micro-batching of the local trainer; defaults follow the recipe's hero run."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
     # --- core ---------------------------------------------------------------------------------------------------
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
@@ -39,7 +39,7 @@ class TrainerConfig(BaseModel):
     """Optimizer steps of the whole run; required by the cosine schedule."""
     token_budget: int = Field(default=4096, gt=0)
     """Most tokens one forward computes (packed: Σ len; padded: rows × longest)."""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63)
     """Seeds python, numpy and torch RNGs when the trainer is built."""
 
     # --- advanced -----------------------------------------------------------------------------------------------
