@@ -8,20 +8,26 @@
 * Reads: ``open_regular`` opens a file without blocking and refuses anything but a regular file. Model-run code can
   leave a FIFO (``mkfifo``) where a file is expected: a plain ``open`` of it blocks until someone writes, which hung
   the file tools' threads and the grader.
+* Shared builds (an environment, a base model): built by one process at a time under ``file_lock``, and written only
+  into folders the project made (``claim_folder``: a marker file inside), never into a user's folder.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from envs.errors import RecipeError
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO (named pipe)",
@@ -146,3 +152,48 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+class LockTimeout(TimeoutError):
+    """Another process held the lock longer than the caller would wait."""
+
+
+@contextmanager
+def file_lock(path: Path, timeout_s: float | None = None) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (created if missing) held for the block: of the processes building the
+    same thing, one builds and the others wait, then find it built. ``timeout_s`` None waits as long as it takes. The
+    kernel releases the lock when its holder dies, so a killed builder never blocks the next one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    with path.open("a") as handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise LockTimeout(f"{path} stayed locked for {timeout_s:g} s (another build?)") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class ForeignFolderError(RecipeError, OSError):
+    """A folder the project would write into holds someone else's files (or is not a folder)."""
+
+
+def claim_folder(folder: Path, marker: str, ours: bool = False) -> Path:
+    """Make ``folder`` one the project may write into: create it (with ``marker`` inside) when missing or empty, accept
+    it when it holds ``marker`` (or the caller recognised it as its own: ``ours``), and refuse anything else — a user's
+    non-empty folder is never written into, let alone replaced."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ForeignFolderError(f"{folder} is not a folder")
+    if folder.is_dir() and not (folder / marker).is_file() and any(folder.iterdir()) and not ours:
+        raise ForeignFolderError(
+            f"{folder} holds files rl-recipe did not write (no {marker} in it): choose an empty or new folder"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / marker).touch()
+    return folder

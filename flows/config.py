@@ -105,7 +105,8 @@ class _Section(BaseModel):
 
 class EnvironmentSection(_Section):
     data: Path = Path("data")
-    """Data folder: worlds + task sets (``recipe envs generate``); generated when missing."""
+    """Data root: each set of environment inputs gets its own build under it (``env-<key>/``, made once and shared by
+    every run that asks for it; ``envs.build.environment_build``), or a build itself (``recipe envs generate``)."""
     seed: Seed = 0
     """Seed of the world and task generators."""
     worlds_per_domain: int = Field(DEFAULT_WORLDS_PER_DOMAIN, ge=HELDOUT_WORLD_INDEX, le=MAX_WORLDS_PER_DOMAIN)

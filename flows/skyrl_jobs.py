@@ -8,7 +8,6 @@ runner that submits them through the one Ray Job path (``tasks.cluster.RayJobRun
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from envs.harness.agent import HarnessConfig
@@ -152,4 +151,4 @@ def skyrl_entry(config: RecipeConfig) -> SkyRLEntry:
         )
         return render(run).lines()
 
-    return SkyRLEntry(overrides, data_dir=Path(config.environment.data).resolve())
+    return SkyRLEntry(overrides)

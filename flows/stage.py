@@ -210,13 +210,19 @@ class StageRun:
         """The harness every rollout of ``policy`` (default: the base) uses in this run."""
         return policy_harness(policy or self.policy(), self.config.harness)
 
+    @property
+    def data(self) -> Path:
+        """The environment build this run uses, as de-risk recorded it (``tasks.environment.prepare_environment``)."""
+        outputs = self.manifest.outputs if self.stage is StageName.DERISK else self.upstream(StageName.DERISK).outputs
+        value = outputs.get("data")
+        if not isinstance(value, str):
+            raise StageOrderError("stage derisk recorded no environment build (run it again: recipe stage derisk)")
+        return self.store.path(value)
+
     def task_sets(self, settings: PolicyHarness) -> tuple[list[TaskSpec], list[TaskSpec]]:
         """(train, held-out) tasks of the run for a policy with these harness settings."""
-        config = self.config
-        selection = config.tasks
-        return task_sets(
-            config.environment.data, selection.tiers, settings.apps, selection.policy_apps_only, selection.limit
-        )
+        selection = self.config.tasks
+        return task_sets(self.data, selection.tiers, settings.apps, selection.policy_apps_only, selection.limit)
 
     def knobs(self) -> dict[str, Any]:
         """The systems stage's chosen knobs (token budget, layout, engine sequences, workers)."""
@@ -243,7 +249,7 @@ class StageRun:
 
     @property
     def worlds(self) -> Path:
-        return self.config.environment.data / "worlds"
+        return self.data / "worlds"
 
     @property
     def scope(self) -> StageScope:

@@ -142,11 +142,10 @@ class SkyRLEntry:
     for its stage); our task set, the job's tasks and its shard folder travel as environment variables."""
 
     overrides: Callable[[TrainJobSpec, str], list[str]]
-    data_dir: Path
 
     def command(self, spec: TrainJobSpec, target: ClusterTarget, stage: str) -> JobCommand:
         env = {
-            "RECIPE_DATA_DIR": str(self.data_dir),
+            "RECIPE_DATA_DIR": str(spec.worlds_root.parent),  # the run's environment build
             "RECIPE_TASKS_FILE": str(spec.tasks_file),
             "RECIPE_SHARDS_DIR": str(spec.shards),
         }

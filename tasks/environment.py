@@ -1,6 +1,7 @@
 """What every stage starts from: the environment (worlds + tasks), the base policy, and the policy's harness.
 
-* ``prepare_environment`` — the data folder for a seed (generated once, reused while its manifest matches);
+* ``prepare_environment`` — the environment build for the profile's inputs under its data root (content-addressed,
+  built once under a lock and shared by every run: ``envs.build.environment_build``);
 * ``prepare_policy`` — the base policy: the local profile's bootstrapped tiny model (cached by content hash), a
   policy folder on disk, or a hub id the cluster's engines serve;
 * ``policy_harness`` — the harness the policy was trained with (its ``harness.json``) with the run's changes on top:
@@ -18,7 +19,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from envs.build import ensure_environment, load_tasks
+from envs.build import environment_build, load_manifest, load_tasks
 from envs.errors import RecipeError
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness, read_policy_harness
@@ -32,15 +33,14 @@ class PolicyError(RecipeError, ValueError):
 
 
 @task(name="environment", cache_policy=NO_CACHE)
-def prepare_environment(data: Path, seed: int, worlds_per_domain: int) -> dict[str, Any]:
-    """Worlds and task sets in ``data`` for ``seed``; returns the manifest's counts."""
-    manifest = ensure_environment(data, seed=seed, worlds_per_domain=worlds_per_domain)
-    log("environment %s: %d worlds, %d tasks", data, len(manifest.world_ids), sum(manifest.task_counts.values()))
-    return {
-        "worlds": len(manifest.world_ids),
-        "tasks": sum(manifest.task_counts.values()),
-        "digest": manifest.content_digest,
-    }
+def prepare_environment(root: Path, seed: int, worlds_per_domain: int) -> Path:
+    """The build of worlds and task sets for ``seed`` and ``worlds_per_domain`` under the data root ``root``."""
+    build = environment_build(root, seed=seed, worlds_per_domain=worlds_per_domain)
+    manifest = load_manifest(build)
+    assert manifest is not None  # environment_build returns intact builds only
+    worlds, tasks = len(manifest.world_ids), sum(manifest.task_counts.values())
+    log("environment %s: %d worlds, %d tasks, digest %s", build, worlds, tasks, manifest.content_digest)
+    return build
 
 
 @task(name="base-policy", cache_policy=NO_CACHE)

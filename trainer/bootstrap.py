@@ -34,6 +34,7 @@ import asyncio
 import hashlib
 import json
 import random
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -46,7 +47,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
-from envs.files import atomic_write_text
+from envs.files import atomic_write_text, file_lock, replace_dir
 from envs.harness.agent import HarnessConfig
 from envs.harness.chat import compact_system_prompt
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
@@ -263,12 +264,30 @@ def load_cached(out: Path, spec: BootstrapSpec, data: Path) -> BootstrapResult |
 
 
 def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | None = None) -> BootstrapResult:
-    """Build (or reuse) the base model for ``spec`` over the environment in ``data``; see the module docstring."""
+    """Build (or reuse) the base model for ``spec`` over the environment in ``data``; see the module docstring.
+
+    Runs share the cache: the base is built by one process at a time (a lock per key; another waits, then finds it
+    built) in a staging folder, and published whole with its report, so ``<out>/<hash>/`` is complete or absent — a
+    run killed mid-build (or mid-evaluation) leaves nothing a later run would take for a finished base."""
     cached = load_cached(out, spec, data)
     if cached is not None:
         _log(progress, f"cached base model: {cached.path}")
         return cached
     key = content_hash(spec, data)
+    with file_lock(out / f".{key}.lock"):
+        cached = load_cached(out, spec, data)
+        if cached is not None:  # another run built it while this one waited
+            _log(progress, f"cached base model (built by another run meanwhile): {cached.path}")
+            return cached
+        staging = out / f".{key}.building"
+        shutil.rmtree(staging, ignore_errors=True)  # what a killed build left (the lock says no build runs now)
+        report = _build(spec, data, key, staging, progress)
+        replace_dir(staging, out / key)
+    return BootstrapResult(out / key, report, cached=False)
+
+
+def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Progress | None) -> BootstrapReport:
+    """Tokenizer, model, training, evaluation and report, all into ``path``."""
     worlds_root = data / "worlds"
     started = time.perf_counter()
     tasks = select_tasks(load_tasks(data), spec)
@@ -286,7 +305,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     mark = time.perf_counter()
     model, result = train_base(tokenized, spec, progress)
     timings["train_s"] = time.perf_counter() - mark
-    path = save_policy(model, tokenizer, out / key, harness=policy_harness(spec))
+    save_policy(model, tokenizer, path, harness=policy_harness(spec))
 
     mark = time.perf_counter()
     rows = evaluate_policy(path, tasks, worlds_root, spec) if spec.eval_samples else None
@@ -309,7 +328,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
         eval=rows,
     )
     atomic_write_text(path / REPORT_FILE, report.model_dump_json(indent=2))
-    return BootstrapResult(path, report, cached=False)
+    return report
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.args import non_negative_int, positive_int
+from flows.args import seed, worlds_per_domain
 
 if TYPE_CHECKING:
     from envs.types import TaskSpec
@@ -131,16 +131,21 @@ def register(commands: argparse._SubParsersAction) -> None:
         dest="envs_command", required=True
     )
     generate = envs.add_parser("generate", help="write worlds and task sets")
-    generate.add_argument("--out", default="data", help="data folder (default: data)")
-    generate.add_argument("--seed", type=non_negative_int, default=0)
     generate.add_argument(
-        "--worlds-per-domain", type=positive_int, default=3, help="world 3 is held out; 1, 2 and 4+ train (default: 3)"
+        "--out", default="data", help="a new or empty folder, or one rl-recipe wrote before (default: data)"
+    )
+    generate.add_argument("--seed", type=seed, default=0, help="seed of the world and task generators (default: 0)")
+    generate.add_argument(
+        "--worlds-per-domain",
+        type=worlds_per_domain,
+        default=3,
+        help="3 to 1000; world 3 is held out, 1, 2 and 4+ train (default: 3)",
     )
     generate.set_defaults(handler=_envs_generate)
 
     check = envs.add_parser("check", help="run and grade every oracle")
     check.add_argument("--data", default="data", help="data folder; generated when missing (default: data)")
-    check.add_argument("--seed", type=non_negative_int, default=0)
+    check.add_argument("--seed", type=seed, default=0, help="seed of the environment to build when missing")
     check.add_argument(
         "--transport",
         choices=["python", "inmemory", "stdio"],
