@@ -50,13 +50,12 @@ from collections import Counter, deque
 from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, Self, TypeVar
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictBool, ValidationError
 
 from envs.errors import RecipeError
 from envs.faults import JUDGE_FAULTS, FaultInjector
 from envs.graders import JudgeVerdict
-from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice, public_url
+from envs.openai_http import ApiClient, ApiError, ApiFailure, backoff_delay_s, first_choice, pool_limits, public_url
 
 logger = logging.getLogger(__name__)
 
@@ -314,7 +313,7 @@ class LlmJudgeClient:
     async def _open(self, keys: Sequence[SecretStr]) -> tuple[ApiClient, asyncio.Semaphore]:
         # Both belong to the private loop: created on it, used only on it. The semaphore alone bounds concurrency;
         # an unbounded pool keeps httpx's own 100-connection default from queueing requests behind our back.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=self.config.max_concurrency)
+        limits = pool_limits(None, self.config.max_concurrency)
         # with faults: injected 429 / 500 / slow / malformed replies (envs.faults), under the same retry loop
         api = ApiClient(
             self.config.base_url,

@@ -177,10 +177,13 @@ def reward_variance(catalog: Catalog, stage: str, source: str = BASE) -> list[di
 
 
 def rollout_errors(catalog: Catalog, stage: str, source: str = BASE) -> dict[str, Any]:
-    """Rollouts by error class, the infra share, and the mean reward / pass rate."""
+    """Rollouts by error class, the infra share, and the mean reward / pass rate.
+
+    A rollout that ended cleanly has no error class (NULL): the comparisons are coalesced so it counts as a
+    zero in every share — a bare ``avg(error_class = ...)`` skips NULLs and divides by the failures only."""
     [row] = catalog.query(
-        """SELECT count(*) AS rollouts, avg(reward) AS mean_reward, avg(passed::INT) AS pass_rate,
-                  avg((error_class = 'retryable_infra')::INT) AS infra_rate,
+        """SELECT count(*) AS rollouts, avg(reward) AS mean_reward, avg(coalesce(passed, false)::INT) AS pass_rate,
+                  avg(coalesce(error_class = 'retryable_infra', false)::INT) AS infra_rate,
                   count(*) FILTER (WHERE error_class = 'model') AS model_errors,
                   count(*) FILTER (WHERE error_class = 'task') AS task_errors,
                   count(*) FILTER (WHERE error_class = 'retryable_infra') AS infra_errors

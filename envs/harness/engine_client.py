@@ -32,7 +32,7 @@ import httpx
 
 from envs.errors import RecipeError
 from envs.faults import ENGINE_FAULTS, FaultInjector
-from envs.openai_http import ApiClient, ApiError, first_choice
+from envs.openai_http import ApiClient, ApiError, first_choice, pool_limits
 
 
 class EngineError(Exception):
@@ -100,7 +100,7 @@ class CompletionsClient:
     ) -> None:
         """``transport``: an httpx transport to send through (an in-process app in tests)."""
         self.model = model
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        limits = pool_limits(max_connections, max_connections)
         if faults is not None:  # an injected stall must hit the client's timeout, not the engine's long one
             timeout_s = min(timeout_s, faults.plan.timeout_s)
         self._api = ApiClient(

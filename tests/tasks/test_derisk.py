@@ -12,7 +12,7 @@ from flows.config import DeriskThresholds
 from flows.stage_gates import DeriskMeasured, derisk_gate
 from tasks.catalog import Catalog, tool_call_row
 from tasks.context import StageScope
-from tasks.derisk import check_environment_task, tool_stats
+from tasks.derisk import check_environment_task, rollout_errors, tool_stats
 
 
 def call(tool: str, ok: bool = True, empty: bool = False, signature: str | None = None, turn: int = 0):
@@ -43,6 +43,29 @@ def test_tool_stats_by_hand(tmp_path: Path) -> None:
     assert stats["write"].empty_rate == 1.0 and stats["write"].oracle_pass_rate == 0.0
     assert stats["run"].failure_rate == 0.5 and stats["run"].top_signature == "ModuleNotFoundError"
     assert stats["run"].oracle_pass_rate is None and stats["run"].empty_rate == 0.0
+
+
+def test_infra_rate_counts_clean_rollouts_in_its_denominator(tmp_path: Path) -> None:
+    """8 clean rollouts (no error class), 1 model error, 1 infra error: the infra share is 1/10, not 1/2 —
+    the cluster demo's gate once read 7 infra errors of 824 rollouts as 0.096."""
+    catalog = Catalog(tmp_path / "c.duckdb")
+    classes = [None] * 8 + ["model", "retryable_infra"]
+    rows = [
+        {
+            "id": i,
+            "stage": "s",
+            "source": "base-rollouts",
+            "task_id": f"t{i}",
+            "reward": 1.0 if i < 4 else 0.0,
+            "passed": i < 4,
+            "error_class": error_class,
+        }
+        for i, error_class in enumerate(classes)
+    ]
+    catalog.append("trajectories", rows)
+    errors = rollout_errors(catalog, "s")
+    assert errors["rollouts"] == 10 and errors["infra_errors"] == 1 and errors["model_errors"] == 1
+    assert errors["infra_rate"] == pytest.approx(0.1) and errors["pass_rate"] == pytest.approx(0.4)
 
 
 @pytest.fixture(scope="module")
