@@ -48,6 +48,23 @@ def test_a_users_folder_is_never_written_into(tmp_path: Path, capsys) -> None:
         build_environment(tmp_path / "file")
 
 
+@pytest.mark.parametrize("value", ["2", "0", "-1", "99999999999999999999999", "4.5"])
+def test_an_impossible_number_of_worlds_is_refused_before_any_build(value: str, tmp_path: Path, capsys) -> None:
+    """``--worlds-per-domain 2`` built no held-out world; 10**23 ended in a MemoryError."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["envs", "generate", "--out", str(tmp_path / "data"), "--worlds-per-domain", value])
+    assert exit_info.value.code == 2 and "from 3 (world 3 is held out) to 1000" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_checkout_itself_is_never_a_data_folder(capsys, monkeypatch) -> None:
+    """``recipe envs generate --out .`` in a checkout: refused, nothing written."""
+    monkeypatch.chdir(REPO)
+    assert main(["envs", "generate", "--out", "."]) == 2
+    assert "holds files rl-recipe did not write" in capsys.readouterr().err
+    assert not (REPO / MARKER).exists() and not (REPO / "worlds").exists() and (REPO / "README.md").is_file()
+
+
 def test_a_folder_rl_recipe_wrote_is_rebuilt_whole(tmp_path: Path) -> None:
     out = tmp_path / "data"
     first = build_environment(out, seed=0)
