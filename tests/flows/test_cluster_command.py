@@ -70,10 +70,14 @@ def test_an_unreachable_cluster_is_a_user_error(capsys) -> None:
 
 
 def test_the_core_install_never_imports_skyrl_or_vllm() -> None:
+    """The flow hands work to a cluster from the core venv: no SkyRL, vLLM or Megatron, and not even Ray (its Jobs API
+    is spoken over plain HTTP) on that path."""
     code = (
         "import sys\n"
         "import flows.cli, flows.commands.cluster\n"
         "import trainer.skyrl.render, trainer.skyrl.submit, trainer.vllm.launch, trainer.skyrl.dryrun\n"
+        "import tasks.cluster, tasks.fleet, flows.placement, flows.preflight, flows.dry_run, trainer.vllm.remote\n"
+        "assert 'ray' not in sys.modules, 'ray imported'\n"
         "from flows.cli import main\n"
         "assert main(['cluster', 'render', '--profile', 'qwen36-35b']) == 0\n"
         "assert not {'skyrl', 'vllm', 'megatron'} & {m.split('.')[0] for m in sys.modules}, 'imported'\n"
