@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.errors import RecipeError
 from envs.jsonio import JsonError, json_lines, parse_json
 from envs.openai_http import ApiClient, ApiError, first_choice
 from evals.seeds import trial_seed
@@ -41,8 +42,9 @@ LETTERS = string.ascii_uppercase
 INSTRUCTION = "Reply with the letter of the correct choice on the last line, as 'Answer: X'."
 
 
-class McqLoadError(ValueError):
-    """A multiple-choice file that cannot be loaded; the message names the file, the line and the field."""
+class McqLoadError(RecipeError, ValueError):
+    """A multiple-choice file that cannot be loaded; the message names the file, the line and the field (a file to
+    fix: the CLI prints it as one line)."""
 
 
 class McqEngineError(RuntimeError):

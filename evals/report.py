@@ -10,6 +10,9 @@
 * ``pass_at_1_by_domain.png``, ``mean_reward_by_domain.png`` — bars per domain and run, SE error bars;
 * ``before_after.png`` (with a baseline) — baseline vs each run on both metrics, SE error bars, Δ and verdict.
 
+Each run keeps one colour in every plot (the baseline grey). A run of one pass has no SE, so its bars carry no error
+bar. Provenance names the task set as evaluated: source, split, tiers and number of tasks.
+
 Nothing is re-parsed from markdown: every number comes from the ``Summary`` / ``Comparison`` objects.
 """
 
@@ -21,10 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envs.types import Split
 from evals.compare import paired_comparison, unpaired_comparison
+from evals.sources import SourceKind, TaskSource
 from evals.types import Comparison, Estimate, Metric, Summary, TrialResult
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from evals.mcq import McqResult
     from evals.records import EvalResult
 
@@ -34,6 +41,33 @@ METRIC_LABELS = {
     Metric.MEAN_REWARD: "mean reward (share of rubric criteria met)",
 }
 METRIC_NAMES = {Metric.PASS_AT_1: "Pass@1", Metric.MEAN_REWARD: "mean reward"}
+SPLIT_NAMES = {Split.TRAIN: "train", Split.HELDOUT: "held-out"}
+BASELINE_COLOUR = "#9e9e9e"
+RUN_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """``1 pass``, ``3 passes``: a count with its noun in the right number."""
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def tasks_text(summary: Summary) -> str:
+    """How many tasks of which tiers were evaluated: ``89 tasks of tier toy``, ``159 tasks of tiers deliverable 26,
+    standard 44, toy 89``; just the count for tasks without tiers (MCQ questions)."""
+    tiers = summary.by_tier
+    if not tiers:
+        return counted(summary.n_tasks, "task")
+    if len(tiers) == 1:
+        return f"{counted(summary.n_tasks, 'task')} of tier {next(iter(tiers))}"
+    each = ", ".join(f"{tier} {part.n_tasks}" for tier, part in sorted(tiers.items()))
+    return f"{counted(summary.n_tasks, 'task')} of tiers {each}"
+
+
+def _source_text(source: TaskSource, summary: Summary) -> str:
+    """``data (held-out split, 89 tasks of tier toy)``: the source as the command line names it, then what of it was
+    evaluated (the split only where the source has splits: a data folder)."""
+    split = f"{SPLIT_NAMES[source.split]} split, " if source.kind is SourceKind.DATA else ""
+    return f"{source.name} ({split}{tasks_text(summary)})"
 
 
 @dataclass(frozen=True)
@@ -56,7 +90,7 @@ class ReportRun:
                 "model": spec.engine.model,
                 "engine": spec.engine.base_url,
                 "harness": spec.harness.value,
-                "tasks": f"{spec.tasks.kind.value} {spec.tasks.path or ''} ({spec.tasks.split.value})".strip(),
+                "tasks": _source_text(spec.tasks, result.summary),
                 "passes": str(spec.passes),
                 "finished": result.timings.finished_at,
                 "folder": str(spec.out_dir),
@@ -171,7 +205,35 @@ def _pyplot():
     return plt
 
 
-def _bars_by_domain(runs: Sequence[ReportRun], metric: Metric, path: Path) -> Path:
+def _colours(baseline: ReportRun | None, runs: Sequence[ReportRun]) -> dict[str, str]:
+    """One colour per run for every plot (the baseline grey), so a reader matches runs across plots by colour."""
+    colours = {run.name: RUN_COLOURS[i % len(RUN_COLOURS)] for i, run in enumerate(runs)}
+    return colours | ({baseline.name: BASELINE_COLOUR} if baseline is not None else {})
+
+
+def _error_bars(ax: Axes, xs: Sequence[float], estimates: Sequence[Estimate | None], capsize: float) -> None:
+    """SE error bars where there is an SE: an estimate from one pass has none, and a zero-length cap would claim one."""
+    shown = [(x, e) for x, e in zip(xs, estimates, strict=True) if e is not None and e.se is not None]
+    if shown:
+        ax.errorbar(
+            [x for x, _ in shown],
+            [e.mean for _, e in shown],
+            yerr=[e.se for _, e in shown],
+            fmt="none",
+            ecolor="black",
+            capsize=capsize,
+        )
+
+
+def _spread_note(runs: Sequence[ReportRun]) -> str:
+    """What the error bars of a plot of ``runs`` show, as its title says."""
+    single = [run for run in runs if run.summary.n_passes == 1]
+    if len(single) == len(runs):
+        return "one pass, no error bars"
+    return "mean ± SE over passes" + ("; runs of one pass have no error bar" if single else "")
+
+
+def _bars_by_domain(runs: Sequence[ReportRun], metric: Metric, colours: dict[str, str], path: Path) -> Path:
     plt = _pyplot()
     domains = sorted({d for run in runs for d in run.summary.by_domain}) or ["all tasks"]
     width = 0.8 / len(runs)
@@ -180,9 +242,9 @@ def _bars_by_domain(runs: Sequence[ReportRun], metric: Metric, path: Path) -> Pa
         parts = [run.summary.by_domain.get(d, run.summary if d == "all tasks" else None) for d in domains]
         estimates = [p.estimate(metric) if p is not None else None for p in parts]
         xs = [j + (i - (len(runs) - 1) / 2) * width for j in range(len(domains))]
-        means = [e.mean if e else 0.0 for e in estimates]
-        errors = [(e.se or 0.0) if e else 0.0 for e in estimates]
-        bars = ax.bar(xs, means, width, yerr=errors, capsize=4, label=f"{run.name} ({run.summary.n_passes} passes)")
+        label = f"{run.name} ({counted(run.summary.n_passes, 'pass', 'passes')})"
+        bars = ax.bar(xs, [e.mean if e else 0.0 for e in estimates], width, color=colours[run.name], label=label)
+        _error_bars(ax, xs, estimates, capsize=4)
         for bar, part in zip(bars, parts, strict=True):
             if part is not None:
                 ax.annotate(
@@ -198,7 +260,7 @@ def _bars_by_domain(runs: Sequence[ReportRun], metric: Metric, path: Path) -> Pa
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("domain (n = tasks per bar)")
     ax.set_ylabel(METRIC_LABELS[metric])
-    ax.set_title(f"{METRIC_NAMES[metric]} by domain, mean ± SE over passes")
+    ax.set_title(f"{METRIC_NAMES[metric]} by domain\n{_spread_note(runs)}", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -206,31 +268,28 @@ def _bars_by_domain(runs: Sequence[ReportRun], metric: Metric, path: Path) -> Pa
     return path
 
 
-def _before_after(baseline: ReportRun, runs: Sequence[ReportRun], found: dict, path: Path) -> Path:
+def _before_after(
+    baseline: ReportRun, runs: Sequence[ReportRun], found: dict, colours: dict[str, str], path: Path
+) -> Path:
     plt = _pyplot()
     metrics = list(Metric)
+    shown = [baseline, *runs]
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.5), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
-        shown = [baseline, *runs]
         estimates = [run.summary.estimate(metric) for run in shown]
-        colors = ["#9e9e9e"] + ["#1f77b4"] * len(runs)
-        ax.bar(
-            range(len(shown)),
-            [e.mean for e in estimates],
-            yerr=[e.se or 0.0 for e in estimates],
-            capsize=5,
-            color=colors,
-        )
+        xs = list(range(len(shown)))
+        ax.bar(xs, [e.mean for e in estimates], color=[colours[run.name] for run in shown])
+        _error_bars(ax, xs, estimates, capsize=5)
         labels = [f"{baseline.name}\n(baseline)"]
         for run in runs:
             c = found.get((run.name, metric))
             verdict = f"\nΔ {c.mean_diff:+.3f}, {c.verdict.value.replace('_', ' ')}" if c else "\nnot comparable"
             labels.append(run.name + verdict)
-        ax.set_xticks(range(len(shown)), labels, fontsize=8)
+        ax.set_xticks(xs, labels, fontsize=8)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel(METRIC_LABELS[metric])
         ax.set_title(f"{METRIC_NAMES[metric]}: before / after (n={baseline.summary.n_tasks} tasks)")
-    fig.suptitle("baseline vs candidate, mean ± SE over passes; Δ with 95 % CI verdict")
+    fig.suptitle(f"baseline vs candidate, {_spread_note(shown)}; Δ with 95 % CI verdict")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -279,13 +338,14 @@ def write_report(
         if rows:
             lines += [f"## Per {heading}", ""]
             lines += _table([heading, "run", "tasks", "Pass@1", "mean reward"], rows)
-    plots = [_bars_by_domain(everyone, metric, out_dir / f"{metric.value}_by_domain.png") for metric in Metric]
+    colours = _colours(base, shown)
+    plots = [_bars_by_domain(everyone, metric, colours, out_dir / f"{metric.value}_by_domain.png") for metric in Metric]
     if base is not None:
         rows, found = _comparison_rows(base, shown)
         lines += [f"## Versus baseline `{base.name}`", ""]
         lines += ["Candidate − baseline, 95 % CI; *within noise* when the CI covers 0.", ""]
         lines += _table(["run", "metric", "baseline", "candidate", "Δ", "95 % CI", "verdict", "method"], rows)
-        plots.append(_before_after(base, shown, found, out_dir / "before_after.png"))
+        plots.append(_before_after(base, shown, found, colours, out_dir / "before_after.png"))
     lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     lines += ["## Provenance", ""]
     for run in everyone:

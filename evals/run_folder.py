@@ -8,14 +8,20 @@
 
 A line cut short by a kill is dropped on reopening, and so is a trajectory whose trial record never landed: a trial
 counts as finished once its ``trials.jsonl`` line is complete.
+
+A pipeline stage's eval folder also holds ``tasks.jsonl``, the task set it evaluated. ``RecordedEval`` reads any eval
+folder's ``spec.json`` back and ``rerun`` makes the spec that runs the same eval again against another engine: what
+``recipe eval run --run RUN --stage STAGE`` does. ``default_out_dir`` names the folder of an eval given none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -23,17 +29,22 @@ from typing import IO, Any
 from pydantic import ValidationError
 
 from envs.files import atomic_write_json, atomic_write_text
-from envs.jsonio import json_line
+from envs.harness.policy import PolicyHarness
+from envs.jsonio import JsonError, json_line, parse_json
 from envs.types import Trajectory
 from evals.errors import EvalConfigError, EvalFolderError
 from evals.records import EvalResult, TrialRecord
-from evals.resolved_harness import ResolvedHarness
-from evals.spec import EvalSpec
+from evals.resolved_harness import ResolvedHarness, resolve_harness
+from evals.sources import SourceKind
+from evals.spec import SEEDING, EngineSpec, EvalSpec, JudgeSpec
 
 TRIALS_FILE = "trials.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SPEC_FILE = "spec.json"
 RESULT_FILE = "eval.json"
+TASKS_FILE = "tasks.jsonl"
+EVALS_DIR = Path("runs") / "evals"
+"""Where evals given no output folder write, under the current directory."""
 
 
 def _append_line(handle: IO[str], obj: dict[str, Any]) -> None:
@@ -149,3 +160,88 @@ def load_eval(out_dir: Path) -> EvalResult:
         raise EvalFolderError(f"{out_dir} holds no {RESULT_FILE}: the eval did not finish (rerun it to resume)")
     result = EvalResult.model_validate_json(path.read_text())
     return result.model_copy(update={"trials": sorted(read_trials(out_dir / TRIALS_FILE), key=lambda r: r.key)})
+
+
+def default_out_dir(spec: EvalSpec, name: str) -> Path:
+    """``./runs/evals/<name>-<key>``, ``key`` a digest of what the eval runs (``EvalSpec.identity``): the same
+    command finds its folder again and resumes it, while an eval of other tasks, settings or model gets a folder of
+    its own instead of colliding with an earlier one."""
+    key = hashlib.sha256(json.dumps(spec.identity(), sort_keys=True).encode()).hexdigest()[:8]
+    return Path.cwd() / EVALS_DIR / f"{name}-{key}"
+
+
+@dataclass(frozen=True)
+class RecordedEval:
+    """An eval folder's ``spec.json``: the spec that ran less what does not change its trials (where it wrote, where
+    the engine listened, the judge's address), and the harness settings it resolved to."""
+
+    folder: Path
+    recorded: dict[str, Any]
+
+    @classmethod
+    def read(cls, folder: Path) -> RecordedEval:
+        """The record in ``folder``; a folder without one, or a damaged one, is an ``EvalFolderError``."""
+        path = folder / SPEC_FILE
+        try:
+            recorded = parse_json(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise EvalFolderError(f"{folder} is not an eval folder: it holds no {SPEC_FILE}") from None
+        except (OSError, JsonError, UnicodeDecodeError) as error:
+            raise EvalFolderError(f"cannot read {path}: {error}") from None
+        if not isinstance(recorded, dict) or not {"tasks", "engine", "resolved_harness"} <= recorded.keys():
+            raise EvalFolderError(f"{path} is not an eval's spec (no tasks, engine or resolved_harness)")
+        return cls(folder, recorded)
+
+    @property
+    def policy(self) -> str | None:
+        """The policy folder that was evaluated: the one whose harness.json set the harness, else the tokenizer's."""
+        return self.recorded.get("policy") or self.recorded["engine"].get("tokenizer")
+
+    def rerun(
+        self,
+        engine: EngineSpec,
+        out_dir: Path,
+        concurrency: int,
+        judge: JudgeSpec | None = None,
+        worlds: Path | None = None,
+        policy: Path | None = None,
+    ) -> EvalSpec:
+        """The same eval — tasks (the folder's own ``tasks.jsonl`` when it holds one, so a moved run folder still
+        works), harness settings, passes and seeds — against ``engine`` (with the recorded tokenizer unless it names
+        one), into ``out_dir``. ``judge`` and ``worlds`` stand in for what the record does not keep or what moved,
+        ``policy`` for the policy folder whose harness.json is read. Raises ``EvalConfigError`` when the record cannot
+        be run the same way: another seeding scheme, or harness settings that resolve differently now (a harness.json
+        edited since)."""
+        if self.recorded.get("seeding") != SEEDING:
+            raise EvalConfigError(
+                f"{self.folder} sampled with seeding {self.recorded.get('seeding')!r}, not {SEEDING!r}: its trials "
+                "cannot be drawn again by this version"
+            )
+        tasks = dict(self.recorded["tasks"])
+        if tasks["kind"] == SourceKind.JSONL and (self.folder / TASKS_FILE).is_file():
+            tasks["path"] = str(self.folder / TASKS_FILE)
+        if worlds is not None:
+            tasks["worlds"] = str(worlds)
+        if engine.tokenizer is None:
+            engine = engine.model_copy(update={"tokenizer": self.recorded["engine"].get("tokenizer")})
+        fields = {k: v for k, v in self.recorded.items() if k not in ("seeding", "resolved_harness", "judge")}
+        spec = EvalSpec.model_validate(
+            fields
+            | {"tasks": tasks, "engine": engine, "out_dir": out_dir, "concurrency": concurrency, "judge": judge}
+            | ({"policy": policy} if policy is not None else {})
+        )
+        self._check_harness(resolve_harness(spec).settings)
+        return spec
+
+    def _check_harness(self, settings: PolicyHarness) -> None:
+        """The harness resolves to the recorded settings, so the rerun samples as the eval did; else say what moved."""
+        then = PolicyHarness.model_validate(self.recorded["resolved_harness"])
+        if settings == then:
+            return
+        now_fields, then_fields = settings.harness.model_dump(mode="json"), then.harness.model_dump(mode="json")
+        changed = [k for k, v in then_fields.items() if now_fields.get(k) != v]
+        changed += ["apps"] if settings.apps != then.apps else []
+        raise EvalConfigError(
+            f"the harness settings now differ from those the eval in {self.folder} ran with ({', '.join(changed)}); "
+            "pass --policy with the policy folder it evaluated"
+        )

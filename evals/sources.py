@@ -1,18 +1,19 @@
 """Where an eval's tasks come from: ``TaskSource`` and the loader and worlds folder of each ``SourceKind``.
 
-TaskSource(kind=SourceKind.DATA, path=Path("data"), split=Split.HELDOUT).load()   # → list[TaskSpec]
+TaskSource(kind=SourceKind.DATA, path=Path("data"), split=Split.HELDOUT, tiers=(Tier.TOY,)).load()   # → list[TaskSpec]
 """
 
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envs.types import Split, TaskSpec
+from envs.types import Split, TaskSpec, Tier
 from evals.errors import EvalConfigError
 
 
@@ -35,6 +36,9 @@ class TaskSource(BaseModel):
     worlds: Path | None = Field(
         None, description="worlds folder for jsonl / apex sources (an APEX release: where its worlds are unzipped)"
     )
+    tiers: tuple[Tier, ...] = Field(
+        (), description="only tasks of these tiers (none: every tier), applied before ``limit``"
+    )
     limit: int | None = Field(None, ge=1, description="only the first N tasks (in source order)")
 
     @model_validator(mode="after")
@@ -47,11 +51,34 @@ class TaskSource(BaseModel):
         tasks = _LOADERS[self.kind](self)
         if not tasks:
             raise EvalConfigError(f"task source {self.kind.value} {self.path} holds no tasks")
-        return tasks[: self.limit]
+        return _of_tiers(tasks, self)[: self.limit]
+
+    @property
+    def name(self) -> str:
+        """The source as ``--tasks`` names it (a data folder or .jsonl path, ``apex:DIR``, ``harbor:DIR``,
+        ``bundled-terminal``), for reports."""
+        if self.path is None:
+            return self.kind.value
+        return str(self.path) if self.kind in (SourceKind.DATA, SourceKind.JSONL) else f"{self.kind.value}:{self.path}"
 
     def worlds_root(self) -> Path | None:
         """The folder holding ``<world_id>/`` for each task, or None when the source has none."""
         return _WORLDS[self.kind](self)
+
+
+def _of_tiers(tasks: list[TaskSpec], source: TaskSource) -> list[TaskSpec]:
+    """The tasks of ``source.tiers`` (all without a filter); a filter no task passes is an error that says which
+    tiers the source holds, since an empty eval would report nothing."""
+    if not source.tiers:
+        return tasks
+    chosen = [task for task in tasks if task.tier in source.tiers]
+    if not chosen:
+        held = ", ".join(f"{tier} {n}" for tier, n in sorted(Counter(t.tier.value for t in tasks).items()))
+        wanted = ", ".join(tier.value for tier in source.tiers)
+        raise EvalConfigError(
+            f"task source {source.kind.value} {source.path or ''} holds no task of tier {wanted} (it holds: {held})"
+        )
+    return chosen
 
 
 def _bundled_terminal(_: TaskSource) -> list[TaskSpec]:

@@ -107,8 +107,10 @@ class EvalSpec(_Spec):
         written, where the engine listens (a model served again on another port is the same model) or how many
         trials run at once; likewise for the judge, only its model counts."""
         exclude: dict[str, Any] = {"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
-        # Without a judge the key is left out, so folders written before judges existed still resume.
+        # Without a judge (or a tier filter) the key is left out, so folders written before either existed still resume.
         exclude["judge"] = True if self.judge is None else {"base_url", "api_key_env", "max_concurrency"}
+        if not self.tasks.tiers:
+            exclude["tasks"] = {"tiers"}
         return self.model_dump(mode="json", exclude=exclude) | {"seeding": SEEDING}
 
     def policy_candidates(self) -> list[Path]:

@@ -128,6 +128,10 @@ def _answer_for(prompt: str, seed: int) -> str:
 def engine_url():
     app = FastAPI()
 
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": "m"}]}
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict:
         body = await request.json()
@@ -161,3 +165,19 @@ def test_run_mcq_accuracy_over_passes(engine_url, api):
 def test_run_mcq_raises_on_engine_errors(engine_url):
     with pytest.raises(McqEngineError, match="HTTP 404"):
         run_mcq(load_mcq(BUNDLED_MCQ)[:1], McqConfig(engine_url + "/missing", "m", passes=1))
+
+
+def test_cli_mcq_saves_its_result_by_default_and_prints_one_whole_line(engine_url, tmp_path, monkeypatch, capsys):
+    from flows.cli import main
+
+    rows = tmp_path / "four.jsonl"
+    rows.write_text("".join(row.model_dump_json(exclude={"subject"}) + "\n" for row in load_mcq(BUNDLED_MCQ)[:4]))
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "mcq", "--engine-url", engine_url, "--model", "m", "--passes", "2", "--file", str(rows)]) == 0
+    (saved,) = (tmp_path / "runs" / "evals").glob("mcq-m-*/mcq.json")
+    result = json.loads(saved.read_text())
+    assert result["passes"] == 2 and len(result["accuracy_by_pass"]) == 2 and len(result["answers"]) == 8
+    (line,) = capsys.readouterr().out.splitlines()  # longer than a terminal's 80 columns, and still one line
+    rate = f"{result['no_answer_rate']:.1%}"
+    assert line.startswith("MCQ accuracy ") and f"over 2 passes of 4 questions (no answer extracted: {rate}) → " in line
+    assert line.endswith(f"{saved}") and len(line) > 80

@@ -1,10 +1,15 @@
-"""Reports render from structured summaries: the markdown tables hold the hand-computed rows, the PNGs exist."""
+"""Reports render from structured summaries: the markdown tables hold the hand-computed rows, the PNGs exist, each run
+keeps one colour across the plots, a run of one pass has no error bars, and provenance names the tasks evaluated."""
 
 from pathlib import Path
 
 import pytest
 
+from envs.types import Split, Tier
+from evals.records import EvalResult, EvalTimings
 from evals.report import ReportRun, write_report
+from evals.sources import SourceKind, TaskSource
+from evals.spec import EngineSpec, EvalSpec
 from evals.stats import summarize
 from evals.types import TrialResult
 
@@ -65,3 +70,99 @@ def test_report_refuses_duplicate_names_and_no_runs(tmp_path: Path):
         write_report([BASE], tmp_path, "x", baseline=BASE)
     with pytest.raises(ValueError, match="no runs"):
         write_report([], tmp_path, "x")
+
+
+# --- plots: one colour per run, error bars only where there is an SE -------------------------------------------------
+
+
+@pytest.fixture
+def figures(monkeypatch) -> list:
+    """The figures the report draws, kept open for the test instead of closed after saving."""
+    from evals import report
+
+    kept, pyplot = [], report._pyplot()
+
+    class KeepingPyplot:
+        def __getattr__(self, name: str):
+            return getattr(pyplot, name)
+
+        def close(self, figure) -> None:
+            kept.append(figure)
+
+    monkeypatch.setattr(report, "_pyplot", KeepingPyplot)
+    yield kept
+    for figure in kept:
+        pyplot.close(figure)
+
+
+def _bar_colours(ax) -> list[tuple]:
+    from matplotlib.container import BarContainer
+
+    return [patch.get_facecolor() for c in ax.containers if isinstance(c, BarContainer) for patch in c.patches]
+
+
+def _error_bar_count(ax) -> int:
+    from matplotlib.container import ErrorbarContainer
+
+    return sum(len(c.lines[2][0].get_segments()) for c in ax.containers if isinstance(c, ErrorbarContainer))
+
+
+def test_each_run_keeps_its_colour_in_every_plot(tmp_path: Path, figures):
+    write_report([CAND], tmp_path, "x", baseline=BASE)
+    by_domain, _, before_after = figures
+    # By domain: the baseline's two bars (one per domain), then the candidate's two.
+    base_colour, cand_colour = _bar_colours(by_domain.axes[0])[0], _bar_colours(by_domain.axes[0])[2]
+    assert base_colour != cand_colour
+    for ax in before_after.axes:  # baseline, then the candidate
+        assert _bar_colours(ax) == [base_colour, cand_colour]
+    assert _error_bar_count(by_domain.axes[0]) == 4 and _error_bar_count(before_after.axes[0]) == 2
+
+
+def test_one_pass_draws_no_error_bars_and_says_1_pass(tmp_path: Path, figures):
+    once = _run("once", {"a": (True, 1.0), "b": (False, 0.0), "c": (False, 0.5), "d": (True, 1.0)}, passes=1)
+    write_report([once], tmp_path, "x", baseline=BASE)
+    by_domain, _, before_after = figures
+    ax = by_domain.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["base (2 passes)", "once (1 pass)"]
+    assert _error_bar_count(ax) == 2  # the baseline's two domains; none for the run of one pass
+    assert ax.get_title().endswith("mean ± SE over passes; runs of one pass have no error bar")
+    assert _error_bar_count(before_after.axes[0]) == 1
+
+    figures.clear()
+    write_report([once], tmp_path / "alone", "x")
+    assert _error_bar_count(figures[0].axes[0]) == 0 and figures[0].axes[0].get_title().endswith(
+        "one pass, no error bars"
+    )
+    assert "| once | 4 | 1 | 0.500 (1 pass) |" in (tmp_path / "alone" / "report.md").read_text()
+
+
+# --- provenance: which tasks were evaluated --------------------------------------------------------------------------
+
+
+def _eval_result(source: TaskSource, run: ReportRun) -> EvalResult:
+    spec = EvalSpec(tasks=source, engine=EngineSpec(base_url="http://e", model="m"), out_dir=Path("out"))
+    timings = EvalTimings(
+        started_at="t0", finished_at="t1", wall_s=1.0, trials_run=1, trials_resumed=0, mean_trial_wall_s=1.0
+    )
+    return EvalResult(spec=spec, summary=run.summary, counts={}, timings=timings)
+
+
+@pytest.mark.parametrize(
+    ("source", "run", "says"),
+    [
+        (
+            TaskSource(kind=SourceKind.DATA, path=Path("data"), tiers=(Tier.TOY,)),
+            _run("toy", {"a": (True, 1.0), "b": (True, 1.0)}),
+            "data (held-out split, 2 tasks of tier toy)",
+        ),
+        (
+            TaskSource(kind=SourceKind.DATA, path=Path("data"), split=Split.TRAIN),
+            BASE,
+            "data (train split, 4 tasks of tiers std 2, toy 2)",
+        ),
+        (TaskSource(kind=SourceKind.JSONL, path=Path("t.jsonl")), BASE, "t.jsonl (4 tasks of tiers std 2, toy 2)"),
+        (TaskSource(kind=SourceKind.HARBOR, path=Path("tb")), BASE, "harbor:tb (4 tasks of tiers std 2, toy 2)"),
+    ],
+)
+def test_provenance_names_the_source_split_tiers_and_task_count(source, run, says):
+    assert ReportRun.from_eval(_eval_result(source, run)).provenance["tasks"] == says

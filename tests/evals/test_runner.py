@@ -4,6 +4,8 @@ The engine (a copy of the pattern in ``tests/envs/harness/conftest.py``) replies
 can be told to answer HTTP 500 to its first N requests, which makes the harness report a retryable infra failure, or
 HTTP 400 to every request, which stops the eval. ``/v1/models`` lists the scripted models (with ``max_model_len``).
 Tasks: 2 that the script solves (expected 412.5, read from notes/q1.txt) and 2 it fails (expected 7), 2 passes each.
+The toy tier (t-0, t-2) is the two the script solves. A pipeline stage's evals are written the way the pipeline writes
+them, then run again through `recipe eval run --run RUN --stage hero`.
 """
 
 import asyncio
@@ -490,3 +492,175 @@ def test_harness_json_beyond_the_served_context_names_the_file(policy_dir, task_
     message = str(error.value)
     assert "the context budget of 1024 tokens exceeds the max_model_len of 512" in message
     assert message.endswith(f"The budget comes from the policy's {policy_dir / HARNESS_FILE}")
+
+
+# --- choosing tasks by tier; the default eval folder -----------------------------------------------------------------
+
+
+def test_a_tier_filter_keeps_its_tiers_before_the_limit(task_file):
+    toy = TaskSource(kind=SourceKind.JSONL, path=task_file, tiers=(Tier.TOY,))
+    assert [t.task_id for t in toy.load()] == ["t-0", "t-2"]  # t-1, t-3 are standard
+    assert [t.task_id for t in toy.model_copy(update={"limit": 1}).load()] == ["t-0"]
+    assert len(toy.model_copy(update={"tiers": (Tier.TOY, Tier.STANDARD)}).load()) == 4
+    with pytest.raises(EvalConfigError, match=r"no task of tier deliverable \(it holds: standard 2, toy 2\)$"):
+        toy.model_copy(update={"tiers": (Tier.DELIVERABLE,)}).load()
+
+
+def test_the_tier_filter_joins_the_identity_only_when_set(engine, tokenizer_dir, task_file, tmp_path):
+    spec = _spec(task_file, engine, tokenizer_dir, "solver", tmp_path / "out")
+    assert "tiers" not in spec.identity()["tasks"]  # folders written before the filter existed still resume
+    toy = spec.model_copy(update={"tasks": spec.tasks.model_copy(update={"tiers": (Tier.TOY,)})})
+    assert toy.identity()["tasks"]["tiers"] == ["toy"]
+
+
+def _cli_default_out(engine: Engine, task_file: Path, tokenizer_dir: Path, *extra: str) -> int:
+    from flows.cli import main
+
+    argv = ["eval", "run", "--tasks", str(task_file), "--worlds", str(task_file.parent / "worlds")]
+    argv += ["--engine-url", engine.url, "--model", "solver", "--tokenizer", str(tokenizer_dir), "--passes", "2"]
+    argv += ["--mcp-backend", "in_process", "--max-turns", "3", "--context-budget", "40000", *extra]
+    return main(argv)
+
+
+def test_cli_tier_filter_default_folder_and_summary_line(
+    engine, tokenizer_dir, task_file, tmp_path, monkeypatch, capsys
+):
+    engine.scripts["solver"] = SOLVER
+    monkeypatch.chdir(tmp_path)
+    assert _cli_default_out(engine, task_file, tokenizer_dir, "--tier", "toy") == 0
+    lines = capsys.readouterr().out.splitlines()
+    (folder,) = (tmp_path / "runs" / "evals").glob("solver-mcp-*")
+    assert lines[0] == f"eval folder: {folder}  (the same command resumes it)"
+    assert lines[1] == f"2 tasks of tier toy × 2 passes → {folder}"
+    assert lines[2].startswith("Pass@1 1.000 ± 0.000")  # t-0 and t-2 expect the solver's 412.5
+
+    before = len(engine.requests)
+    assert _cli_default_out(engine, task_file, tokenizer_dir, "--tier", "toy") == 0  # the same folder: nothing to run
+    assert len(engine.requests) == before and capsys.readouterr().out.splitlines()[0].endswith(
+        f"{folder}  (the same command resumes it)"
+    )
+    assert _cli_default_out(engine, task_file, tokenizer_dir, "--passes", "1") == 0  # another eval, another folder
+    assert "4 tasks of tiers standard 2, toy 2 × 1 pass → " in capsys.readouterr().out
+    assert len(list((tmp_path / "runs" / "evals").glob("solver-mcp-*"))) == 2
+
+
+# --- a pipeline stage's eval, run again (`recipe eval run --run RUN --stage STAGE`) -----------------------------------
+
+STAGE_HARNESS = HarnessConfig(max_turns=4, max_tokens_per_turn=200, context_budget_tokens=40_000)
+
+
+def _stage_evals(root: Path, engine: Engine, tokenizer_dir: Path, task_file: Path) -> dict[str, Path]:
+    """A run folder as the pipeline leaves one: run.json and the hero's evals of its toy tasks, base and trained, each
+    as ``tasks.evaluation`` runs it (the tasks.jsonl in its work folder, apps in process, harness seed 1 = the run's
+    seed + 1, the policy's harness.json). The policies' folders by label."""
+    from envs.loaders import load_jsonl
+    from evals.run_folder import TASKS_FILE
+    from tasks.run_store import RunStore
+
+    store = RunStore.create(root, "local", {}, "hash", run_id="r1")
+    policies = {}
+    for label, script in (("base", ["I do not know."]), ("trained", SOLVER)):
+        policies[label] = root / "policies" / label
+        write_policy_harness(policies[label], PolicyHarness(apps=("filesystem",), harness=STAGE_HARNESS))
+        folder = store.root / "6-hero" / f"eval-heldout-{label}-0123abcd"
+        save_jsonl([t for t in load_jsonl(task_file) if t.tier is Tier.TOY], folder / TASKS_FILE)
+        engine.scripts[f"stage-{label}"] = script
+        spec = EvalSpec(
+            tasks=TaskSource(kind=SourceKind.JSONL, path=folder / TASKS_FILE, worlds=task_file.parent / "worlds"),
+            engine=EngineSpec(base_url=engine.url, model=f"stage-{label}", tokenizer=str(tokenizer_dir)),
+            passes=2,
+            out_dir=folder,
+            concurrency=4,
+            harness_config=HarnessOverrides(seed=1),
+            policy=policies[label],
+            mcp_backend=McpBackend.IN_PROCESS,
+        )
+        run_eval(spec)
+    return policies
+
+
+def _rerun(engine: Engine, run: Path, model: str, *extra: str) -> int:
+    from flows.cli import main
+
+    return main(
+        ["eval", "run", "--run", str(run), "--stage", "hero", "--engine-url", engine.url, "--model", model, *extra]
+    )
+
+
+def test_a_stage_eval_runs_again_with_its_tasks_harness_passes_and_seeds(
+    engine, tokenizer_dir, task_file, tmp_path, monkeypatch, capsys
+):
+    from envs.harness.agent import request_seed
+    from evals.seeds import trial_seed
+
+    policies = _stage_evals(tmp_path / "runs", engine, tokenizer_dir, task_file)
+    stage_folder = tmp_path / "runs" / "r1" / "6-hero" / "eval-heldout-trained-0123abcd"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    engine.scripts["rerun"] = SOLVER
+    # The served policy (--policy, as with --served-model-name) picks the trained eval of the two.
+    assert _rerun(engine, tmp_path / "runs" / "r1", "rerun", "--policy", str(policies["trained"])) == 0
+    out = capsys.readouterr().out
+    (folder,) = (elsewhere / "runs" / "evals").glob("r1-hero-heldout-trained-*")
+    assert f"running again the eval in {stage_folder} (heldout/trained of stage hero)" in out
+    assert f"2 tasks of tier toy × 2 passes → {folder}\nPass@1 1.000 ± 0.000" in out
+    assert f"the stage's eval ({stage_folder}): Pass@1 1.000 ± 0.000" in out
+    assert "this run − the stage's: Pass@1 +0.000, 95% CI [+0.000, +0.000]: within noise" in out
+
+    # Exactly the stage's eval: the same spec but for the served model's name, and the same seed per trial and turn.
+    stage_spec, rerun_spec = (json.loads((f / "spec.json").read_text()) for f in (stage_folder, folder))
+    assert {k: v for k, v in rerun_spec.items() if k != "engine"} == {
+        k: v for k, v in stage_spec.items() if k != "engine"
+    }
+    assert rerun_spec["engine"] == stage_spec["engine"] | {"model": "rerun"}
+    seeds = {
+        model: sorted(r["seed"] for r in engine.requests if r["model"] == model) for model in ("stage-trained", "rerun")
+    }
+    trials = [trial_seed(1, task, p) for task in ("t-0", "t-2") for p in range(2)]  # the run's seed + 1 = 1
+    expected = sorted(request_seed(seed, 0, turn) for seed in trials for turn in range(2))  # tool call, answer
+    assert seeds["rerun"] == seeds["stage-trained"] == expected
+
+
+def test_which_stage_eval_is_run_again(engine, tokenizer_dir, task_file, tmp_path, monkeypatch, capsys):
+    _stage_evals(tmp_path / "runs", engine, tokenizer_dir, task_file)
+    monkeypatch.chdir(tmp_path)
+    engine.scripts["rerun-base"] = ["I do not know."]
+    run = tmp_path / "runs" / "r1"
+    assert _rerun(engine, run, "rerun-base") == 2  # a served name, no policy folder: which of the two is unclear
+    (err,) = capsys.readouterr().err.splitlines()
+    assert "several of the stage's evals match: heldout/base (policy " in err and "; heldout/trained (policy " in err
+    assert "Choose one with --suite SUITE --label LABEL" in err
+
+    assert _rerun(engine, run, "rerun-base", "--label", "base", "--out", str(tmp_path / "base")) == 0
+    assert "(heldout/base of stage hero)" in capsys.readouterr().out
+    assert load_eval(tmp_path / "base").summary.pass_at_1.mean == 0.0
+
+    # A stage run again after a config change leaves older work folders: the newest per suite and label counts.
+    import os
+    import shutil
+
+    stale = run / "6-hero" / "eval-heldout-base-deadbeef"
+    shutil.copytree(run / "6-hero" / "eval-heldout-base-0123abcd", stale)
+    for path in stale.iterdir():
+        os.utime(path, (0, 0))
+    assert _rerun(engine, run, "rerun-base", "--label", "base", "--out", str(tmp_path / "base")) == 0
+    assert "eval-heldout-base-0123abcd (heldout/base" in capsys.readouterr().out
+
+
+def test_a_stage_eval_that_cannot_run_the_same_is_refused(engine, tokenizer_dir, task_file, tmp_path, capsys):
+    policies = _stage_evals(tmp_path / "runs", engine, tokenizer_dir, task_file)
+    run = tmp_path / "runs" / "r1"
+    cases = {
+        ("--label", "trained", "--passes", "1", "--seed", "3"): "passes and seeds, so --run refuses: --passes, --seed",
+        ("--label", "nobody"): "none of the stage's evals match",
+    }
+    for extra, says in cases.items():
+        assert _rerun(engine, run, "rerun", *extra) == 2
+        assert says in capsys.readouterr().err
+
+    changed = PolicyHarness(apps=("filesystem",), harness=STAGE_HARNESS.model_copy(update={"max_turns": 2}))
+    write_policy_harness(policies["trained"], changed)  # edited since the stage ran
+    assert _rerun(engine, run, "rerun", "--label", "trained", "--out", str(tmp_path / "x")) == 2
+    err = capsys.readouterr().err
+    assert "the harness settings now differ from those the eval in" in err and "ran with (max_turns)" in err

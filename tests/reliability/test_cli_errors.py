@@ -38,6 +38,9 @@ def test_errors_a_user_fixes_are_one_line_and_exit_2(tmp_path: Path, capsys, mon
     monkeypatch.chdir(tmp_path)
     (tmp_path / "broken.yaml").write_bytes(b"stages: [\n")
     (tmp_path / "tasks.jsonl").write_text('{"task_id": "t"}\n')
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "run.json").write_text("{}")
+    engine = ("--engine-url", "u", "--model", "m")
     cases = {
         ("run", "--profile", "nope"): "no profile named 'nope'",
         ("run", "--profile", str(tmp_path / "broken.yaml")): "is not valid YAML",
@@ -47,6 +50,16 @@ def test_errors_a_user_fixes_are_one_line_and_exit_2(tmp_path: Path, capsys, mon
         ("eval", "run", "--tasks", str(tmp_path / "missing"), "--engine-url", "u", "--model", "m"): "cannot read",
         ("eval", "run", "--tasks", str(tmp_path / "tasks.jsonl"), "--engine-url", "u", "--model", "m"): "line 1",
         ("eval", "report", str(tmp_path)): "holds no eval.json",
+        (
+            "eval",
+            "export-atif",
+            str(tmp_path / "runs" / "r1"),
+        ): "is a pipeline run folder: pass one of its stages' eval",
+        ("eval", "run", "--run", "nope", "--stage", "hero", *engine): "no run 'nope'",
+        ("eval", "run", "--run", "r1", *engine): "--run needs --stage",
+        ("eval", "run", "--run", "r1", "--stage", "hero", *engine): "stage hero of run r1 ran no eval",
+        ("eval", "run", "--run", "r1", "--stage", "hero", "--tier", "toy", *engine): "so --run refuses: --tier",
+        ("eval", "run", "--tasks", "data", "--label", "base", *engine): "go only with --run RUN, not --tasks: --label",
         ("engine", "serve", "--model", str(tmp_path)): "is not a checkpoint folder",
         ("eval", "mcq", "--engine-url", "http://127.0.0.1:9", "--model", "m"): "cannot reach the engine",
     }
