@@ -8,7 +8,9 @@ recipe view RUN [--runs-root runs] [--port 8765] [--tokenizer PATH]
     and the ablation / transfer tables. Reads the catalog read-only, a connection per request, so it can watch a
     run that is still going. Writes nothing.
 recipe view RUN --static OUT [--limit 5000]
-    writes OUT/index.html with its data as scripts (opens from file://, no server): the first LIMIT trajectories.
+    writes OUT/index.html with its data as scripts (opens from file://, no server): at most LIMIT trajectories, a
+    sample covering every stage and source with base and trained of a task kept together; prints its progress. OUT
+    must be new, empty, or an earlier export's folder (which it replaces whole); anything else is refused.
 
 The tokens are decoded with the base policy's ``tokenizer.json`` (the de-risk stage's ``policy`` output) or
 ``--tokenizer`` (a tokenizer.json or a folder holding one); without either the page shows token ids.
@@ -30,6 +32,11 @@ class ViewError(RecipeError):
     """The explorer cannot open the run as asked."""
 
 
+def _say(line: str) -> None:
+    """A progress line, flushed: an export of thousands of trajectories takes a while and should not run silent."""
+    print(line, flush=True)
+
+
 def _view(args: argparse.Namespace) -> int:
     from tasks.explorer.queries import Explorer
     from tasks.explorer.tokens import find_tokenizer, load_decoder
@@ -48,8 +55,11 @@ def _view(args: argparse.Namespace) -> int:
     if args.static:
         from tasks.explorer.static_export import write_static
 
-        index = write_static(explorer, Path(args.static), limit=args.limit)
-        print(f"wrote {index.resolve()}  (open it in a browser; file:// needs no server)")
+        done = write_static(explorer, Path(args.static), limit=args.limit, progress=_say)
+        print(
+            f"wrote {done.index}: {done.written} of {done.total} trajectories, {done.size / 2**20:.1f} MiB, in "
+            f"{done.seconds:.1f} s  (open it in a browser; file:// needs no server)"
+        )
         return 0
     from tasks.explorer.server import serve
 

@@ -7,7 +7,10 @@ still going (each request opens the catalog read-only and closes it again: the f
 * ``queries`` — the query layer: every SQL statement, parameterized, paged with LIMIT/OFFSET (no full-table loads);
 * ``tokens`` — a trajectory turn by turn: its tokens decoded in loss-mask runs, tool calls, the context nudge;
 * ``server`` — the Starlette app (JSON API + the page) served on loopback;
-* ``static_export`` — the same page as a self-contained folder that opens from ``file://``;
+* ``static_export`` — the same page as a self-contained folder that opens from ``file://``, written only into a
+  folder of its own and swapped in whole;
+* ``selection`` — which trajectories such a folder holds: a share of every stage and source, base and trained kept
+  together;
 * ``sample`` — a small realistic run built through the catalog and the run store (tests, screenshots);
 * ``static/`` — the single page: plain HTML, CSS and JS, no library and nothing loaded from outside.
 

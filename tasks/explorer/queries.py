@@ -32,6 +32,7 @@ import duckdb
 
 from envs.diagnostics import ADVICE_BY_SIGNATURE
 from envs.errors import RecipeError
+from tasks.explorer.selection import SAMPLE_COLUMNS
 from tasks.explorer.tokens import Decoder, trajectory_view
 from tasks.run_store import RunStore, RunStoreError, StageManifest
 
@@ -40,6 +41,8 @@ KNOWN_GOOD_SOURCES = ("oracle", "probe")
 """Tool-call sources whose arguments are right by construction (``tasks.derisk.KNOWN_GOOD``; that module imports
 Prefect, which the explorer must not)."""
 MODEL_ERROR_ADVICE = "model error: RL can fix it"
+MAX_INVENTED = 20
+"""Most invented tool names listed under the unknown-tool row (the most called first)."""
 LIST_COLUMNS = (
     "id", "stage", "source", "policy", "step", "task_id", "domain", "tier", "harness", "sample_index", "reward",
     "passed", "stop_reason", "error_class", "n_tokens", "n_generated", "n_turns", "n_tool_calls",
@@ -64,6 +67,8 @@ MAX_COMPARE = 200
 MAX_SIGNATURES = 20
 MAX_STEPS = 20_000
 LOCK_TIMEOUT_S = 10.0
+IN_IDS = "IN (SELECT unnest(?::BIGINT[]))"
+"""``id IN`` a list of ids bound as one parameter."""
 
 
 class QueryError(RecipeError, ValueError):
@@ -294,6 +299,26 @@ def _json(text: str | None, default: Any) -> Any:
         return text
 
 
+@functools.cache
+def registry_tools() -> tuple[str, ...]:
+    """The tools the MCP gateway serves, by the names a model calls them (``mcp_name`` of each ``envs.apps.TOOLS``
+    operation). A call of any other tool — unless an oracle or probe called it too (a task's own tool) — is a name
+    the model invented: a model error, not a broken tool. Imported on the first tool report: the apps pull in
+    office-file libraries (~1 s) that the explorer's start never needs."""
+    from envs.apps import TOOLS
+    from envs.mcp.servers import mcp_name
+
+    return tuple(sorted(mcp_name(name) for name in TOOLS))
+
+
+def _by_trajectory(rows: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    """Rows grouped by their ``trajectory_id`` (taken out of each row), in order."""
+    grouped: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row.pop("trajectory_id"), []).append(row)
+    return grouped
+
+
 def _stage_summary(m: StageManifest) -> dict[str, Any]:
     gate = m.gate or {}
     scalars = {k: v for k, v in m.metrics.items() if isinstance(v, int | float | str | bool) or v is None}
@@ -365,30 +390,37 @@ class Explorer:
             }
         )
 
-    def facets(self) -> dict[str, Any]:
-        """Values (with counts, the most frequent first) the list's filters offer, and the weights-version range."""
+    @_one_connection
+    def facets(self, ids: Sequence[int] | None = None) -> dict[str, Any]:
+        """Values (with counts, the most frequent first) the list's filters offer, and the weights-version range.
+        Tool facets count the calls made in trajectories (the list cannot show an oracle's or probe's); with
+        ``ids``, only those trajectories and their calls count (what a static export holds)."""
+        with_, params = "WITH t AS (FROM trajectories), c AS (FROM tool_calls WHERE trajectory_id IS NOT NULL)", []
+        if ids is not None:
+            with_ = f"""WITH t AS (FROM trajectories WHERE id {IN_IDS}),
+                             c AS (FROM tool_calls WHERE trajectory_id {IN_IDS})"""
+            params = [list(ids), list(ids)]
         parts = [
-            f"SELECT '{c}' AS facet, {c}::VARCHAR AS value, count(*) AS n FROM trajectories "
-            f"WHERE {c} IS NOT NULL GROUP BY {c}"
+            f"SELECT '{c}' AS facet, {c}::VARCHAR AS value, count(*) AS n FROM t WHERE {c} IS NOT NULL GROUP BY {c}"
             for c in TRAJECTORY_FACETS
         ]
         parts += [
-            f"SELECT '{c}' AS facet, {c} AS value, count(*) AS n FROM tool_calls WHERE {c} IS NOT NULL GROUP BY {c}"
+            f"SELECT '{c}' AS facet, {c} AS value, count(*) AS n FROM c WHERE {c} IS NOT NULL GROUP BY {c}"
             for c in CALL_FACETS
         ]
         parts.append(
-            "SELECT 'call_error' AS facet, error_class AS value, count(*) AS n FROM tool_calls "
+            "SELECT 'call_error' AS facet, error_class AS value, count(*) AS n FROM c "
             "WHERE NOT ok AND error_class IS NOT NULL GROUP BY error_class"
         )
-        sql = f"""SELECT facet, value, n FROM (
+        sql = f"""{with_} SELECT facet, value, n FROM (
                       SELECT *, row_number() OVER (PARTITION BY facet ORDER BY n DESC, value) AS rank
                       FROM ({" UNION ALL ".join(parts)}))
                   WHERE rank <= {FACET_LIMIT} ORDER BY facet, value"""
         facets: dict[str, Any] = {name: [] for name in (*TRAJECTORY_FACETS, *CALL_FACETS, "call_error")}
-        for row in self.catalog.rows(sql):
+        for row in self.catalog.rows(sql, params):
             facets[row["facet"]].append({"value": row["value"], "n": row["n"]})
         versions = self.catalog.rows(
-            "SELECT min(weight_version_min) AS low, max(weight_version_max) AS high FROM trajectories"
+            f"{with_} SELECT min(weight_version_min) AS low, max(weight_version_max) AS high FROM t", params
         )
         facets["weight_version"] = versions[0] if versions else {"low": None, "high": None}
         return facets
@@ -406,25 +438,54 @@ class Explorer:
         )
         return clean({"total": total[0]["n"] if total else 0, "offset": page.offset, "limit": page.limit, "rows": rows})
 
-    @_one_connection
     def trajectory(self, trajectory_id: int) -> dict[str, Any] | None:
         """One trajectory turn by turn (``tokens.trajectory_view``), or None when there is no such id."""
-        found = self.catalog.rows("SELECT * FROM trajectories WHERE id = ?", [trajectory_id])
-        if not found:
-            return None
+        return self.trajectory_views([trajectory_id]).get(trajectory_id)
+
+    @_one_connection
+    def trajectory_views(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """Several trajectories turn by turn, by id, in three queries (a static export writes thousands: one
+        connection and three queries per trajectory cost ~40 ms each)."""
+        params = [list(ids)]
+        found = self.catalog.rows(f"SELECT * FROM trajectories WHERE id {IN_IDS}", params)
         turns = self.catalog.rows(
-            "SELECT turn, start_pos, end_pos, finish_reason, weight_version FROM turns WHERE trajectory_id = ? "
-            "ORDER BY start_pos",
-            [trajectory_id],
+            "SELECT trajectory_id, turn, start_pos, end_pos, finish_reason, weight_version FROM turns "
+            f"WHERE trajectory_id {IN_IDS} ORDER BY trajectory_id, start_pos",
+            params,
         )
         calls = self.catalog.rows(
-            "SELECT turn, tool, args, ok, error_class, error, returned_empty, timed_out, latency_s FROM tool_calls "
-            "WHERE trajectory_id = ? ORDER BY turn, rowid",
-            [trajectory_id],
+            "SELECT trajectory_id, turn, tool, args, ok, error_class, error, returned_empty, timed_out, latency_s "
+            f"FROM tool_calls WHERE trajectory_id {IN_IDS} ORDER BY trajectory_id, turn, rowid",
+            params,
         )
         for call in calls:
             call["args"] = _json(call["args"], {})
-        return clean(trajectory_view(found[0], turns, calls, self.decoder))
+        turns_by_id, calls_by_id = _by_trajectory(turns), _by_trajectory(calls)
+        return {
+            row["id"]: clean(trajectory_view(row, turns_by_id.get(row["id"], []), calls_by_id.get(row["id"], []),
+                                             self.decoder))
+            for row in found
+        }  # fmt: skip
+
+    @_one_connection
+    def list_rows_with_calls(self, ids: Sequence[int]) -> list[dict[str, Any]]:
+        """The list rows of these trajectories, each with its distinct tool calls in short form ``[tool, ok,
+        returned_empty, timed_out, error_class]``: what a static page's tool filters read."""
+        rows = self.catalog.rows(
+            f"SELECT {', '.join(LIST_COLUMNS)} FROM trajectories WHERE id {IN_IDS} ORDER BY id", [list(ids)]
+        )
+        calls = _by_trajectory(
+            self.catalog.rows(
+                "SELECT DISTINCT trajectory_id, tool, ok, returned_empty, timed_out, error_class FROM tool_calls "
+                f"WHERE trajectory_id {IN_IDS} ORDER BY ALL",
+                [list(ids)],
+            )
+        )
+        return clean([row | {"calls": [list(c.values()) for c in calls.get(row["id"], [])]} for row in rows])
+
+    def sample_rows(self) -> list[dict[str, Any]]:
+        """Every trajectory's id and what ``selection.choose_sample`` strata it by (no token lists: ~0.1 s at 100k)."""
+        return self.catalog.rows(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM trajectories ORDER BY id")
 
     def compare(self, task_id: str) -> dict[str, Any]:
         """Every trajectory of one task (by policy, stage and source), for base vs trained side by side."""
@@ -439,13 +500,20 @@ class Explorer:
 
     @_one_connection
     def tools(self, stage: str | None = None) -> dict[str, Any]:
-        """Per tool: calls, failure rates (all, known-good, the model's), empty-on-success, timeouts, latency; and
-        the top error signatures by tool and source with the advice (``envs.diagnostics``)."""
+        """Per real tool (``registry_tools``): calls, failure rates (all, known-good, the model's), empty-on-success,
+        timeouts, latency; the calls of tools the model invented as one ``unknown`` row (None when there are none)
+        with the names it used; the top error signatures by tool and source with the advice (``envs.diagnostics``),
+        an invented tool's under tool None."""
         where, params = ("WHERE stage = ?", [stage]) if stage else ("", [])
-        failed = f"{where} AND NOT ok" if where else "WHERE NOT ok"
         good = ", ".join(f"'{s}'" for s in KNOWN_GOOD_SOURCES)
+        calls = f"""WITH calls AS (
+                        SELECT * REPLACE (CASE WHEN tool IN (SELECT unnest(?::VARCHAR[]))
+                                                 OR tool IN (SELECT tool FROM tool_calls WHERE source IN ({good}))
+                                               THEN tool END AS tool), tool AS called
+                        FROM tool_calls {where})"""
+        params = [list(registry_tools()), *params]
         tools = self.catalog.rows(
-            f"""SELECT tool, count(*) AS calls, count(trajectory_id) AS in_trajectories,
+            f"""{calls} SELECT tool, count(*) AS calls, count(trajectory_id) AS in_trajectories,
                        count(*) FILTER (WHERE NOT ok) AS failures,
                        avg((NOT ok)::INT) AS failure_rate,
                        avg((NOT ok)::INT) FILTER (WHERE source IN ({good})) AS known_good_failure_rate,
@@ -456,13 +524,20 @@ class Explorer:
                        count(*) FILTER (WHERE timed_out) AS timeouts, avg(timed_out::INT) AS timeout_rate,
                        avg(latency_s) AS latency_mean, quantile_cont(latency_s, 0.95) AS latency_p95,
                        mode(error_class) FILTER (WHERE NOT ok) AS top_signature
-                FROM tool_calls {where} GROUP BY tool ORDER BY failures DESC, empty DESC, tool LIMIT ?""",
-            [*params, FACET_LIMIT],
+                FROM calls GROUP BY tool ORDER BY tool IS NOT NULL, failures DESC, empty DESC, tool LIMIT ?""",
+            [*params, FACET_LIMIT + 1],
         )
+        unknown = tools.pop(0) if tools and tools[0]["tool"] is None else None
+        if unknown is not None:
+            unknown["names"] = self.catalog.rows(
+                f"""{calls} SELECT called AS tool, count(*) AS calls, count(trajectory_id) AS in_trajectories
+                    FROM calls WHERE tool IS NULL GROUP BY called ORDER BY calls DESC, called LIMIT ?""",
+                [*params, MAX_INVENTED],
+            )
         signatures = self.catalog.rows(
-            f"""SELECT error_class AS signature, tool, source, count(*) AS calls,
+            f"""{calls} SELECT error_class AS signature, tool, source, count(*) AS calls,
                        count(trajectory_id) AS in_trajectories, any_value(error) AS example
-                FROM tool_calls {failed}
+                FROM calls WHERE NOT ok
                 GROUP BY error_class, tool, source ORDER BY calls DESC, signature, tool, source LIMIT ?""",
             [*params, MAX_SIGNATURES],
         )
@@ -470,7 +545,7 @@ class Explorer:
             known_good = row["source"] in KNOWN_GOOD_SOURCES
             row["advice"] = ADVICE_BY_SIGNATURE.get(row["signature"] or "", "") if known_good else MODEL_ERROR_ADVICE
             row["example"] = (row["example"] or "")[:300]
-        return clean({"stage": stage, "tools": tools, "signatures": signatures})
+        return clean({"stage": stage, "tools": tools, "unknown": unknown, "signatures": signatures})
 
     # --- curves and tables --------------------------------------------------------------------------------------
 

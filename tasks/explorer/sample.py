@@ -4,8 +4,9 @@
 tito, overfit, ablations (an arm table with CIs), hero and transfer (gate failed); a policy folder holding a tiny
 tokenizer trained here (``trainer.tokenizer``, the project's Qwen-style chat markup); and ``catalog.duckdb`` with
 36 rollouts added by ``Catalog.add_trajectories`` — token-exact chats whose tool calls succeed, fail
-(``ModuleNotFoundError``), return nothing, or time out, one observation carrying the context nudge, and one error
-text that is hostile HTML — plus oracle runs, probes, train steps, evals and gate rows.
+(``ModuleNotFoundError``), return nothing, or time out, one observation carrying the context nudge, one error
+text that is hostile HTML, and base rollouts that call a tool the model invented (``INVENTED_TOOL``) — plus oracle
+runs, probes, train steps (overfit, three ablation arms, hero), evals and gate rows.
 
     store = build_sample_run(tmp_path / "runs")       # then: recipe view sample --runs-root tmp_path/runs
 """
@@ -57,6 +58,8 @@ TASKS = [
              split=Split.HELDOUT, prompt="Which governing law does the NDA name?",
              rubric=[AnswerNumeric(expected=1.0), LlmJudge(criteria="names the jurisdiction")]),
 ]  # fmt: skip
+INVENTED_TOOL = "sheets_read_file"
+"""A tool no app has: the last base rollout of each train task tries it first (a model error, not a broken tool)."""
 TOOLS_BY_TASK = {
     "ib-1-revenue-q1": [("pdf_read_pdf", {"path": "notes/q1.pdf"})],
     "ib-1-margin-model": [("sheets_read_cell", {"path": "model.xlsx", "cell": "C7"}), ("slides_add_slide", {})],
@@ -69,6 +72,9 @@ TOOLS_BY_TASK = {
 
 def _tool_outcome(tool: str, rng: random.Random, sample: int = 0) -> tuple[bool, str | None, str | None, bool, str]:
     """(ok, error class, error, returned empty, the text the model reads) for one call of ``tool``."""
+    if tool == INVENTED_TOOL:
+        text = f"unknown tool {tool!r}; did you mean 'sheets_read_cell'?"
+        return False, "ToolError", text, False, text
     if tool == "code_exec_run_python" and rng.random() < 0.6:
         text = "ModuleNotFoundError: No module named 'pandas'"
         return False, "ModuleNotFoundError", text, False, text
@@ -82,9 +88,17 @@ def _tool_outcome(tool: str, rng: random.Random, sample: int = 0) -> tuple[bool,
 
 
 def _rollout(
-    task: TaskSpec, tokenizer: Any, rng: random.Random, skill: float, version: int, sample: int, nudge: bool
+    task: TaskSpec,
+    tokenizer: Any,
+    rng: random.Random,
+    skill: float,
+    version: int,
+    sample: int,
+    nudge: bool,
+    invent: bool = False,
 ) -> Trajectory:
-    """A token-exact chat: prompt (mask 0), each turn's sampled ids (mask 1) and the observation after it (mask 0)."""
+    """A token-exact chat: prompt (mask 0), each turn's sampled ids (mask 1) and the observation after it (mask 0);
+    with ``invent``, its first call is of ``INVENTED_TOOL``."""
 
     def encode(text: str) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
@@ -96,7 +110,7 @@ def _rollout(
     t.tokens += prompt
     t.loss_mask += [0] * len(prompt)
     t.logprobs += [0.0] * len(prompt)
-    calls = TOOLS_BY_TASK[task.task_id]
+    calls = ([(INVENTED_TOOL, {"path": "model.xlsx"})] if invent else []) + TOOLS_BY_TASK[task.task_id]
     for turn, (tool, args) in enumerate(calls):
         call = json.dumps({"name": tool, "arguments": args})
         sampled = encode(f"I will call {tool}.\n<tool_call>\n{call}\n</tool_call><|im_end|>")
@@ -217,7 +231,7 @@ def build_sample_run(runs_root: Path, run_id: str = "sample", seed: int = 0) -> 
     catalog = Catalog(store.catalog_path)
     by_id = {t.task_id: t for t in TASKS}
     train, heldout = TASKS[:4], TASKS[4:]
-    base = [_rollout(t, tokenizer, rng, 0.35, 0, s, nudge=False) for t in train for s in range(4)]
+    base = [_rollout(t, tokenizer, rng, 0.35, 0, s, nudge=False, invent=s == 3) for t in train for s in range(4)]
     catalog.add_trajectories("derisk", "base-rollouts", "base", base, by_id)
     for step in range(1, 4):
         group = [_rollout(t, tokenizer, rng, 0.3 + 0.2 * step, step - 1, s, nudge=step == 3) for t in train[:2]
@@ -252,10 +266,12 @@ def build_sample_run(runs_root: Path, run_id: str = "sample", seed: int = 0) -> 
           "tier": str(t.tier), "split": str(t.split), "passed": True, "score": 1.0, "seconds": 0.4} for t in TASKS],
     )  # fmt: skip
     steps = []
-    for stage, run, start in (("overfit", "overfit", 0.22), ("hero", "hero", 0.3)):
+    runs = [("overfit", "overfit", 0.22), ("ablations", "baseline", 0.25), ("ablations", "dppo", 0.28),
+            ("ablations", "dppo_prompt_mean_nudge", 0.3), ("hero", "hero-dppo_prompt_mean_nudge", 0.3)]  # fmt: skip
+    for stage, run, start in runs:
         for step in range(1, 13):
             reward = min(0.95, start + 0.05 * step + rng.uniform(-0.04, 0.04))
-            evaluated = stage == "hero" and step % 4 == 0
+            evaluated = stage != "overfit" and step % 4 == 0
             steps.append(
                 {"stage": stage, "run": run, "step": step, "wall_s": 2.0 * step, "reward_mean": reward,
                  "pass_rate": max(0.0, reward - 0.1), "trajectories": 16, "trained": True, "loss": 0.5 / step,

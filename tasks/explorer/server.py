@@ -9,7 +9,8 @@ Routes (GET; every answer is JSON from ``queries.Explorer`` except the page and 
                                 ``limit``, ``offset`` as query parameters → ``{total, offset, limit, rows}``
 ``/api/trajectories/{id}``      one trajectory turn by turn (404 when there is no such id)
 ``/api/compare?task_id=``       every trajectory of one task (base vs trained side by side)
-``/api/tools?stage=``           per-tool numbers and the top error signatures with advice
+``/api/tools?stage=``           per-tool numbers (names the model invented: one ``unknown`` row) and the top error
+                                signatures with advice
 ``/api/curves``                 train steps, eval summaries, the stages' tables (ablation arms, transfer suites)
 ==============================  =====================================================================================
 

@@ -23,7 +23,7 @@ import pytest
 
 from envs.net import free_port
 from tasks.explorer.queries import Explorer, Page, TrajectoryFilter
-from tasks.explorer.sample import build_sample_run
+from tasks.explorer.sample import INVENTED_TOOL, build_sample_run
 from tasks.run_store import RunStore
 
 pytestmark = pytest.mark.browser
@@ -100,6 +100,30 @@ def shown(runs_root: Path, **filters: str) -> str:
     return f"1–{total} of {total} trajectories" if total else "no trajectory matches"
 
 
+def check_chart_legends(page, runs_root: Path) -> None:
+    """One card of charts per stage with train steps, in the run's order; in every chart each series has a legend
+    entry, by name, and a colour no other series of that chart has."""
+    explorer = Explorer(RunStore.open(runs_root, "sample"))
+    trained = {s["stage"] for s in explorer.curves()["steps"]}
+    stages = [m.stage for m in explorer.manifests() if m.stage in trained]
+    assert stages == ["overfit", "ablations", "hero"]
+    assert page.locator("[data-curves]").evaluate_all("cards => cards.map(c => c.dataset.curves)") == stages
+    charts = page.locator("div.chart")
+    assert charts.count() == 2 * len(stages)
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        drawn = chart.locator("g[data-series]").evaluate_all("gs => gs.map(g => g.dataset.series)")
+        named = chart.locator(".chart-legend li").evaluate_all(
+            "lis => lis.map(li => [li.dataset.series, li.textContent])"
+        )
+        colours = chart.locator(".chart-legend li").evaluate_all("lis => lis.map(li => li.dataset.color)")
+        assert drawn and [name for name, _ in named] == drawn and [text for _, text in named] == drawn
+        assert len(set(colours)) == len(colours), colours
+        assert chart.locator(".chart-legend").is_visible()
+    arms = page.locator("[data-curves=ablations] div.chart").first.locator(".chart-legend li")
+    assert {t.split()[0] for t in arms.all_inner_texts()} == {"baseline", "dppo", "dppo_prompt_mean_nudge"}
+
+
 def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
     runs_root, served, browser_page, shots
 ) -> None:
@@ -158,8 +182,18 @@ def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
     expect(page.locator("select[name=call]")).to_have_value("failed", timeout=TIMEOUT_MS)
     assert 0 < int(count_text(page).split(" of ")[1].split()[0]) <= failures
 
+    # An invented tool name is one "unknown tool" row below the real tools, never a tool of its own.
+    page.goto(served + "#/tools?stage=derisk")
+    expect(page.locator("table.unknown-tools")).to_contain_text(INVENTED_TOOL, timeout=TIMEOUT_MS)
+    expect(page.locator("table.unknown-tools")).to_contain_text("unknown tool")
+    assert INVENTED_TOOL not in page.locator("table.tools").inner_text()
+    signature_tools = page.locator("table.signatures tbody td:nth-child(2)").all_inner_texts()
+    assert "unknown tool" in signature_tools and INVENTED_TOOL not in signature_tools  # its error text may name it
+    page.screenshot(path=shots / "5b-derisk-unknown-tool.png", full_page=True)
+
     page.get_by_role("link", name="Curves & tables", exact=True).click()
     expect(page.locator("svg.chart polyline").first).to_be_attached(timeout=TIMEOUT_MS)
+    check_chart_legends(page, runs_root)
     expect(page.locator("[data-table=ablations-arms]")).to_contain_text("dppo_prompt_mean_nudge")
     expect(page.locator("[data-table=transfer-suites]")).to_contain_text("worse")
     page.screenshot(path=shots / "6-curves.png", full_page=True)
@@ -198,4 +232,24 @@ def test_static_export_opens_from_file(runs_root, tmp_path, browser_page, shots)
     expect(page.locator(".trajectory .turn").first).to_be_visible(timeout=TIMEOUT_MS)
     expect(page.locator("table.grades")).to_contain_text("answer_numeric")
     page.screenshot(path=shots / "7-static-trajectory.png", full_page=True)
+
+    # A sample of the run: the filters count what the folder holds, next to the run's count.
+    small = tmp_path / "static-small"
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "view", "sample", "--runs-root", str(runs_root), "--static", str(small),
+         "--limit", "12"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page.goto((small / "index.html").as_uri() + "#/trajectories")
+    expect(page.locator(".list-count").first).to_have_text("1–12 of 12 trajectories", timeout=TIMEOUT_MS)
+    expect(page.locator("p.note")).to_contain_text("12 of the run's 36 trajectories")
+    options = page.locator("select[name=stage] option").all_inner_texts()[1:]
+    held = {o.split(" (")[0]: o.split(" (")[1].rstrip(")") for o in options}
+    assert set(held) == {"derisk", "overfit", "hero"} and all(" of " in n for n in held.values()), held
+    assert sum(int(n.split(" of ")[0]) for n in held.values()) == 12
+    page.select_option("select[name=stage]", "hero")
+    expect(page.locator(".list-count").first).to_have_text(
+        f"1–{held['hero'].split()[0]} of {held['hero'].split()[0]} trajectories"
+    )
     assert not errors, errors

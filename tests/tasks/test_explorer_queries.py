@@ -17,6 +17,7 @@ from envs.harness.agent import context_nudge_text
 from envs.types import ToolCallRecord
 from tasks.catalog import Catalog, tool_call_row
 from tasks.explorer.queries import (
+    LIST_COLUMNS,
     MODEL_ERROR_ADVICE,
     TEXT_FILTERS,
     CallStatus,
@@ -26,7 +27,7 @@ from tasks.explorer.queries import (
     QueryError,
     TrajectoryFilter,
 )
-from tasks.explorer.sample import build_sample_run
+from tasks.explorer.sample import INVENTED_TOOL, build_sample_run
 from tasks.explorer.tokens import NUDGE_PATTERN, find_tokenizer, load_decoder, mask_runs
 from tasks.run_store import RunStore
 
@@ -230,6 +231,28 @@ def test_an_unknown_trajectory_is_none(explorer) -> None:
     assert explorer.trajectory(10_000) is None
 
 
+def test_views_read_together_keep_each_trajectorys_turns_and_calls(explorer) -> None:
+    together = explorer.trajectory_views([1, 8, 9, 36, 10_000])
+    assert sorted(together) == [1, 8, 9, 36]
+    for trajectory_id in (1, 8, 9, 36):
+        assert together[trajectory_id] == explorer.trajectory_views([trajectory_id])[trajectory_id]
+    assert [c["tool"] for t in together[8]["turns"] for c in t["calls"]] == [
+        INVENTED_TOOL,
+        "sheets_read_cell",
+        "slides_add_slide",
+    ]
+
+
+def test_list_rows_carry_their_distinct_calls_in_short_form(explorer, catalog) -> None:
+    rows = explorer.list_rows_with_calls([9, 2])
+    assert [r["id"] for r in rows] == [2, 9] and set(LIST_COLUMNS) < set(rows[0])
+    expected = catalog.query(
+        "SELECT DISTINCT tool, ok, returned_empty, timed_out, error_class FROM tool_calls WHERE trajectory_id = 9 "
+        "ORDER BY ALL"
+    )
+    assert rows[1]["calls"] == [list(c.values()) for c in expected]
+
+
 def test_compare_lists_every_policy_on_the_task(explorer) -> None:
     rows = explorer.compare("ib-3-ebitda")["rows"]
     assert {r["policy"] for r in rows} == {"base", "trained"} and {r["task_id"] for r in rows} == {"ib-3-ebitda"}
@@ -268,6 +291,40 @@ def test_tool_numbers_by_hand(tmp_path: Path) -> None:
     assert oracle["source"] == "oracle" and oracle["advice"] == ADVICE_BY_SIGNATURE["ModuleNotFoundError"]
     assert model["source"] == "base-rollouts" and model["advice"] == MODEL_ERROR_ADVICE
     assert {t["tool"]: t["calls"] for t in Explorer(store).tools()["tools"]} == {"run": 4, "write": 3}
+    assert report["unknown"] is None
+
+
+def test_invented_tools_are_one_unknown_row_below_the_real_ones(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path, "t", {}, "h", run_id="r")
+    Catalog(store.catalog_path).append(
+        "tool_calls",
+        [
+            tool_call_row("s", "base-rollouts", "a", "w", call("pdf_read_pdf"), 1),  # a registry tool
+            tool_call_row("s", "oracle", "a", "w", call("run_tests")),  # a task's own tool: an oracle called it
+            tool_call_row("s", "base-rollouts", "a", "w", call("run_tests", ok=False, signature="ToolError"), 1),
+            tool_call_row("s", "base-rollouts", "a", "w", call("sheets_read_file", ok=False, signature="ToolError"), 1),
+            tool_call_row("s", "base-rollouts", "a", "w", call("sheets_read_file", ok=False, signature="ToolError"), 2),
+            tool_call_row("s", "base-rollouts", "a", "w", call("fs_cat", ok=False, signature="ToolError", latency=4.0)),
+        ],
+    )  # fmt: skip
+    report = Explorer(store).tools("s")
+    assert [t["tool"] for t in report["tools"]] == ["run_tests", "pdf_read_pdf"]
+    unknown = report["unknown"]
+    assert (unknown["tool"], unknown["calls"], unknown["in_trajectories"], unknown["failures"]) == (None, 3, 2, 3)
+    assert (unknown["failure_rate"], unknown["model_failure_rate"]) == (1.0, 1.0)
+    assert unknown["latency_mean"] == pytest.approx((0.1 + 0.1 + 4.0) / 3)
+    assert unknown["names"] == [{"tool": "sheets_read_file", "calls": 2, "in_trajectories": 2},
+                                {"tool": "fs_cat", "calls": 1, "in_trajectories": 0}]  # fmt: skip
+    invented = [s for s in report["signatures"] if s["tool"] is None]
+    assert [(s["calls"], s["advice"]) for s in invented] == [(3, MODEL_ERROR_ADVICE)]
+    assert {s["tool"] for s in report["signatures"]} == {None, "run_tests"}
+
+
+def test_the_sample_runs_invented_tool_is_unknown(explorer) -> None:
+    report = explorer.tools("derisk")
+    assert INVENTED_TOOL not in {t["tool"] for t in report["tools"]}
+    assert report["unknown"]["names"] == [{"tool": INVENTED_TOOL, "calls": 4, "in_trajectories": 4}]
+    assert "sheets_read_cell" in {t["tool"] for t in report["tools"]}
 
 
 # --- the run, curves, tables ----------------------------------------------------------------------------------------
@@ -281,16 +338,36 @@ def test_overview_has_stages_gates_counts_and_facets(explorer) -> None:
     assert derisk["trajectories"] == 16 and derisk["criteria"][0]["name"] == "oracle pass rate"
     assert {f["subject"] for f in derisk["findings"]} == {"slides_add_slide", "code_exec_run_python"}
     assert o["stages"][-1]["status"] == "gate_failed" and "suites" in o["stages"][-1]["tables"]
-    assert o["counts"]["trajectories"] == 36 and o["counts"]["train_steps"] == 24
+    assert o["counts"]["trajectories"] == 36 and o["counts"]["train_steps"] == 60
     facets = o["facets"]
     assert {f["value"] for f in facets["stage"]} == {"derisk", "overfit", "hero"}
     assert {"ModuleNotFoundError", "ToolError", "timeout"} <= {f["value"] for f in facets["call_error"]}
     assert facets["weight_version"] == {"low": 0, "high": 12}
 
 
+def test_facets_count_the_calls_the_list_can_show_or_only_the_given_trajectories(explorer, catalog) -> None:
+    def tools(condition: str) -> dict:
+        sql = f"SELECT tool, count(*) AS n FROM tool_calls WHERE {condition} GROUP BY tool"
+        return {r["tool"]: r["n"] for r in catalog.query(sql)}
+
+    every = explorer.facets()
+    assert {v["value"]: v["n"] for v in every["tool"]} == tools("trajectory_id IS NOT NULL")  # no oracle's calls
+    some = explorer.facets([1, 2, 3, 4, 33])
+    assert some["stage"] == [{"value": "derisk", "n": 4}, {"value": "hero", "n": 1}]
+    assert {v["value"]: v["n"] for v in some["tool"]} == tools("trajectory_id IN (1, 2, 3, 4, 33)")
+    [low] = catalog.query("SELECT min(weight_version_min) AS low, max(weight_version_max) AS high FROM trajectories "
+                          "WHERE id IN (1, 2, 3, 4, 33)")  # fmt: skip
+    assert some["weight_version"] == low
+
+
 def test_curves_and_tables(explorer) -> None:
     data = explorer.curves()
-    assert len(data["steps"]) == 24 and sum(s["eval_reward"] is not None for s in data["steps"]) == 3
+    assert len(data["steps"]) == 60 and sum(s["eval_reward"] is not None for s in data["steps"]) == 12
+    assert {s["run"] for s in data["steps"] if s["stage"] == "ablations"} == {
+        "baseline",
+        "dppo",
+        "dppo_prompt_mean_nudge",
+    }
     heldout = {e["policy"]: e for e in data["evals"]}
     assert heldout["base"]["trials"] == 4 and heldout["base"]["tasks"] == 2 and heldout["base"]["passes"] == 2
     assert {(t["stage"], t["name"]) for t in data["tables"]} == {("ablations", "arms"), ("transfer", "suites")}

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
 
 from flows.cli import main
+from tasks.explorer import static_export
 from tasks.explorer.queries import Explorer
 from tasks.explorer.sample import build_sample_run
 from tasks.explorer.server import DATA_MARKER, create_app
@@ -73,7 +75,10 @@ def test_one_trajectory_compare_tools_curves(client) -> None:
 
 
 def test_the_server_imports_no_prefect() -> None:
-    code = "import sys, tasks.explorer.server, tasks.explorer.static_export; print('prefect' in sys.modules)"
+    code = (
+        "import sys, tasks.explorer.server, tasks.explorer.static_export, tasks.explorer.queries as q; "
+        "q.registry_tools(); print('prefect' in sys.modules)"  # the tool report's lazy import of the apps too
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"
 
@@ -85,16 +90,54 @@ def _script_data(path: Path, prefix: str) -> dict:
 
 
 def test_static_export_holds_the_page_and_its_data(run, tmp_path) -> None:
-    index = write_static(Explorer(run, load_decoder(find_tokenizer(run))), tmp_path / "out", limit=5)
-    html = index.read_text()
+    done = write_static(Explorer(run, load_decoder(find_tokenizer(run))), tmp_path / "out", limit=5)
+    html = done.index.read_text()
     assert '<script src="data/run.js"></script>' in html and 'src="static/app.js"' in html
     data = _script_data(tmp_path / "out" / "data" / "run.js", "window.EXPLORER_STATIC = ")
-    assert data["total"] == 36 and [r["id"] for r in data["rows"]] == [1, 2, 3, 4, 5]
+    assert (done.written, done.total, data["total"], len(data["rows"])) == (5, 36, 36, 5)
+    assert {r["stage"] for r in data["rows"]} == {"derisk", "overfit", "hero"}  # not the first five ids: every stage
     assert all(isinstance(r["calls"], list) for r in data["rows"]) and "derisk" in data["tools"]
-    assert sorted(p.name for p in (tmp_path / "out" / "data" / "t").iterdir()) == [f"{i}.js" for i in range(1, 6)]
-    detail = (tmp_path / "out" / "data" / "t" / "1.js").read_text()
-    assert detail.startswith("window.explorerDetail(1, {")
+    ids = sorted(r["id"] for r in data["rows"])
+    assert sorted(p.name for p in (tmp_path / "out" / "data" / "t").iterdir()) == sorted(f"{i}.js" for i in ids)
+    detail = (tmp_path / "out" / "data" / "t" / f"{ids[0]}.js").read_text()
+    assert detail.startswith(f"window.explorerDetail({ids[0]}, {{")
     assert (tmp_path / "out" / "static" / "app.js").is_file()
+
+
+def test_static_filters_count_what_the_folder_holds(run, tmp_path) -> None:
+    write_static(Explorer(run), tmp_path / "out", limit=5)
+    data = _script_data(tmp_path / "out" / "data" / "run.js", "window.EXPLORER_STATIC = ")
+    facets, rows = data["overview"]["facets"], data["rows"]
+    for name in ("stage", "source", "policy", "domain", "stop_reason"):
+        held = {v["value"]: v["n"] for v in facets[name] if v["n"]}
+        assert held == dict(Counter(r[name] for r in rows if r[name] is not None)), name
+        assert all(v["n"] <= v["of"] for v in facets[name])
+    tools = {v["value"]: v["n"] for v in facets["tool"] if v["n"]}
+    calls = Counter(c[0] for r in rows for c in r["calls"])  # distinct per trajectory: at most the calls held
+    assert set(tools) == set(calls) and all(calls[t] <= n for t, n in tools.items())
+    stages = {s["stage"]: (s["trajectories"], s["trajectories_of"]) for s in data["overview"]["stages"]}
+    assert stages["derisk"] == (Counter(r["stage"] for r in rows)["derisk"], 16) and stages["tito"] == (0, 0)
+
+
+def test_a_large_run_exports_every_stage_with_progress(tmp_path, monkeypatch) -> None:
+    from benchmarks.explorer_scale import build_run
+
+    store = build_run(tmp_path / "runs", 3_000)
+    monkeypatch.setattr(static_export, "PROGRESS_EVERY", 100)
+    lines: list[str] = []
+    done = write_static(Explorer(store), tmp_path / "out", limit=500, progress=lines.append)
+    data = _script_data(tmp_path / "out" / "data" / "run.js", "window.EXPLORER_STATIC = ")
+    rows = data["rows"]
+    strata = Counter((r["stage"], r["source"]) for r in rows)
+    assert (done.written, done.total, len(rows)) == (500, 3_000, 500)
+    assert set(strata) == {("derisk", "base-rollouts"), ("overfit", "train/overfit"), ("hero", "eval/heldout")}
+    assert min(strata.values()) >= 500 // 3  # each its share: the first 500 ids would hold no hero stage
+    steps = sorted(r["step"] for r in rows if r["stage"] == "overfit")
+    assert steps[0] <= 1 and steps[-1] >= 5  # spread over the loop: early and late steps
+    assert lines[0].startswith("exporting 500 of 3000 trajectories")
+    assert lines[1].startswith("  overview, tool reports, curves and list ready")
+    assert [line.split()[0] for line in lines[2:]] == ["200", "400"]  # after each batch of 200, once 100 more are out
+    assert done.seconds < 60 and done.size > 0
 
 
 def test_recipe_view_names_a_missing_run(tmp_path, capsys) -> None:
@@ -106,5 +149,8 @@ def test_recipe_view_static(run, tmp_path, capsys) -> None:
     out = tmp_path / "site"
     assert main(["view", str(run.root), "--static", str(out), "--limit", "2"]) == 0
     assert (out / "index.html").is_file() and len(list((out / "data" / "t").iterdir())) == 2
+    said = capsys.readouterr().out.strip().splitlines()
+    assert said[0].startswith("exporting 2 of 36 trajectories")
+    assert said[-1].startswith(f"wrote {out / 'index.html'}: 2 of 36 trajectories") and " s " in said[-1]
     assert main(["view", str(run.root), "--static", str(out), "--tokenizer", str(tmp_path / "none")]) == 2
     assert "cannot read the tokenizer" in capsys.readouterr().err

@@ -5,8 +5,9 @@
  *   #/trajectories?FILTERS        the filtered, sorted, paged list (filters as in tasks/explorer/queries.py)
  *   #/t/ID                        one trajectory turn by turn
  *   #/compare?task_id=T&left=&right=   two trajectories of one task side by side (base vs trained)
- *   #/tools?stage=S               per-tool numbers and error signatures; every number links to its trajectories
- *   #/curves                      reward / Pass@1 per step (inline SVG), eval summaries, the stages' tables
+ *   #/tools?stage=S               per-tool numbers (invented tool names as one "unknown tool" row below) and error
+ *                                 signatures; every number links to its trajectories
+ *   #/curves                      reward / Pass@1 per step, one card per stage (inline SVG), eval summaries, tables
  *
  * Data comes from the JSON API (recipe view RUN) or, in a static export (recipe view RUN --static OUT), from
  * window.EXPLORER_STATIC plus one data/t/ID.js script per trajectory; `api` hides which. Every value reaches the page
@@ -271,7 +272,7 @@ async function stagesView() {
     h("div", { class: "card-head" },
       h("h3", {}, s.folder), badge(s.status),
       h("span", { class: "muted" }, `attempt ${s.attempt} · ${fmt(s.duration_s)} s · started ${fmt(s.started_at)}`),
-      s.trajectories ? link(`${s.trajectories} trajectories`, route("trajectories", { stage: s.stage })) : null,
+      s.trajectories ? link(`${countOf(s.trajectories, s.trajectories_of)} trajectories`, route("trajectories", { stage: s.stage })) : null,
       s.stage === "derisk" ? link("tool report", route("tools", { stage: s.stage })) : null),
     s.error ? h("div", { class: "error-box" }, s.error) : null,
     s.criteria.length ? gateTable(s.criteria) : h("p", { class: "muted" }, "no gate report"),
@@ -284,9 +285,12 @@ async function stagesView() {
 
 // --- trajectory list ------------------------------------------------------------------------------------------------
 
+// A static export counts what its folder holds; `of` is the run's count when the folder holds fewer.
+const countOf = (n, of) => (of === undefined || of === n ? fmt(n) : `${fmt(n)} of ${fmt(of)}`);
+
 function facetSelect(name, label, values, current) {
   const select = h("select", { name }, h("option", { value: "" }, "any"),
-    values.map((v) => h("option", { value: v.value, selected: v.value === current }, `${v.value} (${v.n})`)));
+    values.map((v) => h("option", { value: v.value, selected: v.value === current }, `${v.value} (${countOf(v.n, v.of)})`)));
   if (current && !values.some((v) => v.value === current)) select.appendChild(h("option", { value: current, selected: true }, current));
   return h("label", {}, label, select);
 }
@@ -355,7 +359,7 @@ async function listView(params) {
     h("span", { class: "list-count" }, page.total ? `${offset + 1}–${last} of ${page.total} trajectories` : "no trajectory matches"),
     h("button", { type: "button", class: "next", disabled: offset + limit >= page.total, onclick: () => go(offset + limit) }, "next ›"));
   const staticNote = STATIC && STATIC.rows.length < STATIC.total
-    ? h("p", { class: "note" }, `This static export holds the first ${STATIC.rows.length} of ${STATIC.total} trajectories; serve the run (recipe view RUN) to read them all.`)
+    ? h("p", { class: "note" }, `This static export holds ${STATIC.rows.length} of the run's ${STATIC.total} trajectories: a sample of every stage and source, base and trained of a task kept together; the filters count what it holds ("N of M": M in the run). Serve the run (recipe view RUN) to read them all.`)
     : null;
   return h("div", {}, h("h2", {}, "Trajectories"), staticNote, filterBar(params), pager(),
     table(LIST_HEADER, trajectoryRows(page.rows), { numeric: [0, 7, 11, 12, 13], class: "list" }), page.rows.length > 20 ? pager() : null);
@@ -477,6 +481,22 @@ function rateCell(value, hash) {
   return node;
 }
 
+const UNKNOWN_TOOL = "unknown tool";
+
+// Calls of names no app serves and no oracle or probe called: tools the model invented. One row below the real tools
+// (a model error, RL's to fix), not each name as a tool failing 100 % of the time above them.
+function unknownTools(unknown, to) {
+  const names = unknown.names.map((n, i) => [i ? ", " : "",
+    n.in_trajectories ? link(n.tool, to({ tool: n.tool })) : n.tool, ` (${fmt(n.calls)})`]);
+  return h("div", { class: "unknown" },
+    h("h3", {}, "Tools the model invented"),
+    h("p", { class: "muted" }, "Calls of tool names no app serves and no oracle or probe called: model errors, not tool failures."),
+    table(["tool", "calls", "in trajectories", "failures", "failure rate", "names it called"],
+      [[h("b", {}, UNKNOWN_TOOL), fmt(unknown.calls), fmt(unknown.in_trajectories), fmt(unknown.failures),
+        rateCell(unknown.failure_rate), h("span", {}, names)]],
+      { numeric: [1, 2, 3, 4], class: "unknown-tools" }));
+}
+
 async function toolsView(params) {
   const stages = state.overview.stages.map((s) => s.stage);
   // No stage in the address: de-risk's when the run has one; "all" reads every stage's calls.
@@ -494,8 +514,8 @@ async function toolsView(params) {
     rateCell(t.empty_rate, t.in_trajectories ? to({ tool: t.tool, call: "empty" }) : null),
     rateCell(t.timeout_rate, t.in_trajectories ? to({ tool: t.tool, call: "timeout" }) : null),
     `${fmt(t.latency_mean)} s`, `${fmt(t.latency_p95)} s`, t.top_signature || "–"]);
-  const signatureRows = report.signatures.map((s) => [s.signature || "(none)", s.tool, s.source,
-    s.in_trajectories ? link(fmt(s.calls), to(s.signature ? { tool: s.tool, call_error: s.signature } : { tool: s.tool, call: "failed" })) : fmt(s.calls),
+  const signatureRows = report.signatures.map((s) => [s.signature || "(none)", s.tool || h("i", {}, UNKNOWN_TOOL), s.source,
+    s.in_trajectories && s.tool ? link(fmt(s.calls), to(s.signature ? { tool: s.tool, call_error: s.signature } : { tool: s.tool, call: "failed" })) : fmt(s.calls),
     s.in_trajectories ? fmt(s.in_trajectories) : h("span", { class: "muted" }, "0 (oracle / probe calls)"),
     expandable(s.example, 120), s.advice || "–"]);
   return h("div", {},
@@ -505,6 +525,7 @@ async function toolsView(params) {
     report.tools.length ? table(["tool", "calls", "in trajectories", "failures", "failure rate", "known-good failure", "model failure",
       "empty on success", "timeouts", "latency mean", "latency p95", "top signature"], toolRows, { numeric: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], class: "tools" })
       : h("p", { class: "muted" }, "No tool calls recorded for this stage."),
+    report.unknown ? unknownTools(report.unknown, to) : null,
     h("h3", {}, "Top error signatures"),
     report.signatures.length ? table(["signature", "tool", "source", "calls", "in trajectories", "example", "advice"], signatureRows, { numeric: [3], class: "signatures" })
       : h("p", { class: "muted" }, "No failed tool call."));
@@ -512,16 +533,31 @@ async function toolsView(params) {
 
 // --- curves and tables ----------------------------------------------------------------------------------------------
 
-const PALETTE = ["#1d5fbf", "#c0392b", "#2f9e55", "#b7791f", "#7c3aed", "#0e7490", "#be185d"];
+const PALETTE = ["#1d5fbf", "#c0392b", "#2f9e55", "#b7791f", "#7c3aed", "#0e7490", "#be185d", "#4b5563", "#65a30d",
+  "#ea580c"];
 
+// n colours, all different: the palette while it lasts, else hues spread evenly around the wheel.
+function seriesColors(n) {
+  if (n <= PALETTE.length) return PALETTE.slice(0, n);
+  return Array.from({ length: n }, (_, i) => `hsl(${Math.round((360 * i) / n)}, 70%, 40%)`);
+}
+
+// A line as the legend's swatch (an SVG attribute, not a style: the page's CSP allows no inline style).
+function swatch(color, dashed) {
+  return svg("svg", { width: 24, height: 10 },
+    svg("line", { x1: 0, y1: 5, x2: 24, y2: 5, stroke: color, "stroke-width": 3, "stroke-dasharray": dashed ? "5 3" : "none" }));
+}
+
+// One chart; its legend is a list under it that wraps, so every series is named whatever their number.
 function lineChart(title, series, yLabel) {
-  const width = 600, height = 300, m = { left: 48, right: 24, top: 28, bottom: 74 };
+  const width = 600, height = 260, m = { left: 48, right: 24, top: 28, bottom: 40 };
   const points = series.flatMap((s) => s.points.filter((p) => p[1] !== null));
   const chart = svg("svg", { width, height, class: "chart", role: "img", "aria-label": title });
   chart.appendChild(svg("text", { x: m.left, y: 18, class: "title" }, title));
+  const box = h("div", { class: "chart" }, chart);
   if (!points.length) {
     chart.appendChild(svg("text", { x: m.left, y: height / 2 }, "no data"));
-    return chart;
+    return box;
   }
   const xs = points.map((p) => p[0]), ys = points.map((p) => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
@@ -539,37 +575,52 @@ function lineChart(title, series, yLabel) {
   }
   chart.appendChild(svg("text", { x: width / 2, y: height - m.bottom + 32, "text-anchor": "middle" }, "step"));
   chart.appendChild(svg("text", { x: 12, y: m.top + (height - m.top - m.bottom) / 2, transform: `rotate(-90 12 ${m.top + (height - m.top - m.bottom) / 2})`, "text-anchor": "middle" }, yLabel));
+  const colors = seriesColors(series.length);
   series.forEach((s, i) => {
-    const color = PALETTE[i % PALETTE.length];
+    const color = colors[i];
+    const group = chart.appendChild(svg("g", { "data-series": s.name, stroke: color }));
     const valid = s.points.filter((p) => p[1] !== null);
-    if (s.line && valid.length > 1) {
-      chart.appendChild(svg("polyline", { points: valid.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "stroke-dasharray": s.dashed ? "5 4" : "none" }));
+    if (valid.length > 1) {
+      group.appendChild(svg("polyline", { points: valid.map((p) => `${X(p[0])},${Y(p[1])}`).join(" "), fill: "none", "stroke-width": 2, "stroke-dasharray": s.dashed ? "5 4" : "none" }));
     }
     for (const p of valid) {
-      chart.appendChild(svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: s.line ? 2.5 : 4, fill: s.line ? color : "#fff", stroke: color, "stroke-width": 2 },
+      group.appendChild(svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: s.dashed ? 3.5 : 2.5, fill: s.dashed ? "#fff" : color, "stroke-width": 2 },
         svg("title", {}, `${s.name} · step ${p[0]}: ${fmt(p[1])}`)));
     }
-    const lx = m.left + (i % 3) * 180, ly = height - 30 + Math.floor(i / 3) * 14;
-    chart.appendChild(svg("rect", { x: lx, y: ly - 9, width: 10, height: 10, fill: color }));
-    chart.appendChild(svg("text", { x: lx + 14, y: ly }, s.name));
   });
-  return h("div", { class: "chart" }, chart);
+  box.appendChild(h("ul", { class: "chart-legend" }, series.map((s, i) =>
+    h("li", { "data-series": s.name, "data-color": colors[i] }, swatch(colors[i], s.dashed), s.name))));
+  return box;
 }
 
+// A stage's steps as series: each run's train curve and, when it was evaluated, its eval points (dashed).
 function seriesOf(steps, key, evalKey) {
-  const groups = new Map();
+  const runs = new Map();
   for (const s of steps) {
-    const name = s.stage === s.run ? s.stage : `${s.stage}/${s.run}`;
-    if (!groups.has(name)) groups.set(name, []);
-    groups.get(name).push(s);
+    if (!runs.has(s.run)) runs.set(s.run, []);
+    runs.get(s.run).push(s);
   }
   const series = [];
-  for (const [name, rows] of groups) {
-    series.push({ name: `${name} train`, line: true, points: rows.map((r) => [r.step, r[key]]) });
+  for (const [run, rows] of runs) {
+    series.push({ name: `${run} train`, points: rows.map((r) => [r.step, r[key]]) });
     const evals = rows.filter((r) => r[evalKey] !== null);
-    if (evals.length) series.push({ name: `${name} eval`, line: true, dashed: true, points: evals.map((r) => [r.step, r[evalKey]]) });
+    if (evals.length) series.push({ name: `${run} eval`, dashed: true, points: evals.map((r) => [r.step, r[evalKey]]) });
   }
   return series;
+}
+
+// One card per stage (in the run's order): its runs share a chart, and no stage's curves crowd another's.
+function stageCurves(steps) {
+  const order = state.overview.stages.map((s) => s.stage);
+  const rank = (stage) => (order.includes(stage) ? order.indexOf(stage) : order.length);
+  const stages = [...new Set(steps.map((s) => s.stage))].sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));
+  return stages.map((stage) => {
+    const rows = steps.filter((s) => s.stage === stage);
+    return h("div", { class: "card", "data-curves": stage }, h("h3", {}, stage),
+      h("div", { class: "charts" },
+        lineChart(`${stage}: mean reward per step`, seriesOf(rows, "reward_mean", "eval_reward"), "reward"),
+        lineChart(`${stage}: pass rate / Pass@1 per step`, seriesOf(rows, "pass_rate", "eval_pass_rate"), "pass rate")));
+  });
 }
 
 function genericTable(rows) {
@@ -586,9 +637,6 @@ function genericTable(rows) {
 
 async function curvesView() {
   const data = await api.curves();
-  const charts = h("div", { class: "charts" },
-    lineChart("Mean reward per step", seriesOf(data.steps, "reward_mean", "eval_reward"), "reward"),
-    lineChart("Pass rate / Pass@1 per step", seriesOf(data.steps, "pass_rate", "eval_pass_rate"), "pass rate"));
   const evals = data.evals.length
     ? table(["stage", "suite", "policy", "tasks", "passes", "trials", "Pass@1", "mean reward"],
       data.evals.map((e) => [e.stage, e.suite, e.policy, fmt(e.tasks), fmt(e.passes), fmt(e.trials), fmt(e.pass_at_1), fmt(e.mean_reward)]),
@@ -596,7 +644,7 @@ async function curvesView() {
     : h("p", { class: "muted" }, "No eval recorded.");
   const tables = data.tables.map((t) => h("div", { class: "card", "data-table": `${t.stage}-${t.name}` },
     h("h3", {}, `${t.folder} · ${t.name}`), genericTable(t.rows)));
-  return h("div", {}, h("h2", {}, "Curves"), data.steps.length ? charts : h("p", { class: "muted" }, "No train step recorded."),
+  return h("div", {}, h("h2", {}, "Curves"), data.steps.length ? stageCurves(data.steps) : h("p", { class: "muted" }, "No train step recorded."),
     h("h3", {}, "Evals (Pass@1 = mean pass over trials)"), evals,
     h("h2", {}, "Stage tables"), tables.length ? tables : h("p", { class: "muted" }, "No stage recorded a table (ablation arms, transfer suites)."));
 }
