@@ -24,7 +24,10 @@ def _number(cast: Callable[[str], float], minimum: float, maximum: float, what: 
 positive_int = _number(int, 1, math.inf, "a whole number ≥ 1")
 non_negative_int = _number(int, 0, math.inf, "a whole number ≥ 0")
 port = _number(int, 0, 65535, "a port (0–65535)")
+listen_port = _number(int, 1, 65535, "a port from 1 to 65535")  # not 0 (any free port): clients must know it
 non_negative_float = _number(float, 0.0, math.inf, "a number ≥ 0")
 positive_float = _number(float, math.ulp(0.0), math.inf, "a number > 0")
 worlds_per_domain = _number(int, 3, 1000, "a number of worlds from 3 (world 3 is held out) to 1000")
 seed = _number(int, 0, 2**63 - 1, "a seed from 0 to 2**63 - 1")
+
+RUNS_ROOT_HELP = "the folder of run folders a run id is looked up in"

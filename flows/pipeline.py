@@ -16,6 +16,7 @@ which a retry keeps.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,9 +86,14 @@ def _skip(store: RunStore, stages: list[StageName], reason: str) -> None:
 
 
 def _default_run_id(profile: str | None) -> str | None:
-    """``<profile>-<flow run id>``: a retry of the same flow run finds (and resumes) the same folder."""
+    """``<profile>-<flow run id>``: a retry of the same flow run finds (and resumes) the same folder. A profile given
+    as a YAML path is named by its file (``smoke-browser.yaml`` → ``smoke-browser``), as a run id must be a plain
+    folder name."""
     run_id = flow_run.get_id()
-    return f"{profile or 'local'}-{run_id[:8]}" if run_id else None
+    if not run_id:
+        return None
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(profile or "local").name.removesuffix(".yaml").removesuffix(".yml"))
+    return f"{name.lstrip('.-_')[:64] or 'profile'}-{run_id[:8]}"
 
 
 @flow(name="pipeline", log_prints=True)

@@ -219,7 +219,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     cluster = commands.add_parser(
         "cluster", help="Ray clusters: a local one (up, down, status), SkyRL overrides, submission, an engine's spec"
     )
-    sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    sub = cluster.add_subparsers(dest="cluster_command", required=True, help="what to do on the cluster")
     render = sub.add_parser("render", help="print the SkyRL overrides of a profile's hero run")
     _render_flags(render)
     render.set_defaults(handler=_render)
@@ -235,7 +235,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     engine = sub.add_parser("engine", help="print the vllm serve line and RL routes of one engine")
     _render_flags(engine)
     engine.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
-    engine.add_argument("--port", type=port, default=8000)
+    engine.add_argument("--port", type=port, default=8000, help="the port the engine listens on")
     engine.set_defaults(handler=_engine)
     for name, handler, what in (
         ("up", _up, "start the profile's one-machine Ray cluster (cluster.local)"),

@@ -25,14 +25,14 @@ def _engine_serve(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    engine = commands.add_parser("engine", help="the local inference engine").add_subparsers(
-        dest="engine_command", required=True
+    engine = commands.add_parser("engine", help="the local inference engine (vLLM's HTTP API)").add_subparsers(
+        dest="engine_command", required=True, help="what to do with the engine"
     )
     serve = engine.add_parser("serve", help="serve a policy folder over HTTP")
     serve.add_argument("--model", required=True, help="policy folder (save_policy or a Qwen3 checkpoint)")
     serve.add_argument("--served-model-name", help="model name clients pass (default: --model as given, like vLLM)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=port, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="listen address; loopback serves this machine only")
+    serve.add_argument("--port", type=port, default=8000, help="the port to listen on")
     serve.add_argument(
         "--max-num-seqs", type=positive_int, help="requests decoded together (default: the engine's, 64)"
     )

@@ -128,7 +128,7 @@ def _envs_check(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     envs = commands.add_parser("envs", help="worlds, tasks and oracle checks").add_subparsers(
-        dest="envs_command", required=True
+        dest="envs_command", required=True, help="what to do with the environments"
     )
     generate = envs.add_parser("generate", help="write worlds and task sets")
     generate.add_argument(

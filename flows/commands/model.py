@@ -49,11 +49,11 @@ def _model_bootstrap(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     model = commands.add_parser("model", help="the local base model").add_subparsers(
-        dest="model_command", required=True
+        dest="model_command", required=True, help="what to do with the base model"
     )
     boot = model.add_parser("bootstrap", help="train the tiny base model on oracle trajectories")
     boot.add_argument("--data", default="data", help="environment folder (default: data)")
     boot.add_argument("--out", default="models/base", help="cache folder of base models (default: models/base)")
-    boot.add_argument("--seed", type=non_negative_int, default=0)
+    boot.add_argument("--seed", type=non_negative_int, default=0, help="seed of the traces, the weights and the eval")
     boot.add_argument("--steps", type=positive_int, default=None, help="training steps (default: the spec's)")
     boot.set_defaults(handler=_model_bootstrap)

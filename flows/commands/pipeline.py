@@ -25,6 +25,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from flows.args import RUNS_ROOT_HELP
+
 console = Console()
 STAGES = ("derisk", "tito", "systems", "overfit", "ablations", "hero", "transfer")
 
@@ -118,8 +120,10 @@ class _ProfileAction(argparse.Action):
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    run = commands.add_parser("run", help="the gated pipeline, end to end (or resumed)")
-    run.add_argument("--profile", default="local", action=_ProfileAction, help="profile name or YAML path")
+    run = commands.add_parser("run", help="run the gated pipeline end to end, or resume a run")
+    run.add_argument(
+        "--profile", default="local", action=_ProfileAction, help="profile name (deployments/profiles/) or YAML path"
+    )
     run.add_argument("--resume", metavar="RUN", help="run id or folder to run again (passed stages are reused)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")
     run.add_argument("--stop-after", choices=STAGES, help="stop after this stage (when it passed)")
@@ -131,19 +135,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     run.set_defaults(handler=_run, profile_given=False)
 
-    stage = commands.add_parser("stage", help="one stage flow on an existing run")
-    stage.add_argument("name", choices=STAGES)
+    stage = commands.add_parser("stage", help="run one stage of a run (the stages before it must have passed)")
+    stage.add_argument("name", choices=STAGES, help="the stage to run")
     stage.add_argument("--run", required=True, help="run id or folder")
-    stage.add_argument("--runs-root", default="runs")
+    stage.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
     stage.set_defaults(handler=_stage)
 
-    audit = commands.add_parser("audit", help="the audit trail of a run")
+    audit = commands.add_parser("audit", help="a run's trail: each stage's status, gate criteria, config, code version")
     audit.add_argument("run", help="run id or folder")
-    audit.add_argument("--runs-root", default="runs")
+    audit.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
     audit.set_defaults(handler=_audit)
 
-    report = commands.add_parser("report", help="report.md + report.html of a run")
+    report = commands.add_parser("report", help="write a run's report.md and report.html (with its plots)")
     report.add_argument("run", help="run id or folder")
-    report.add_argument("--runs-root", default="runs")
+    report.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
     report.add_argument("--out", help="folder for the report (default: the run folder)")
     report.set_defaults(handler=_report)

@@ -192,7 +192,7 @@ KNOB_FLAGS = {
 
 def register(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser(
-        "plan", help="size a cluster run: memory per GPU, KV capacity, concurrency (trainer.sizing)"
+        "plan", help="size a cluster run: memory per GPU, KV capacity, concurrency, and whether it fits"
     )
     plan.add_argument("--profile", help="a profile name or path with a cluster section (qwen36-35b, qwen35-397b)")
     plan.add_argument(

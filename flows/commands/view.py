@@ -23,7 +23,7 @@ from pathlib import Path
 
 from envs.errors import RecipeError
 from envs.net import LOOPBACK
-from flows.args import port, positive_int
+from flows.args import RUNS_ROOT_HELP, port, positive_int
 
 DEFAULT_PORT = 8765
 
@@ -71,7 +71,7 @@ def _view(args: argparse.Namespace) -> int:
 def register(commands: argparse._SubParsersAction) -> None:
     view = commands.add_parser("view", help="the trace explorer: a page over a run's trajectories, tools, gates")
     view.add_argument("run", help="run id or folder")
-    view.add_argument("--runs-root", default="runs")
+    view.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
     view.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"port on {LOOPBACK} (default {DEFAULT_PORT})")
     view.add_argument("--static", metavar="OUT", help="write a self-contained folder instead of serving")
     view.add_argument(

@@ -1,18 +1,25 @@
 """The Prefect UI in a real browser (Debian's chromium driven by Playwright): start a smoke run from the pipeline
-deployment's form, wait for it, and read its gate-report artifact. Screenshots land in the test's output folder
-(``RL_RECIPE_SCREENSHOTS`` to keep them somewhere else). Run with ``make test-browser``."""
+deployment's form, wait for it, and read its gate-report artifact; and `recipe server` on a port of its own, started
+with no Prefect address in its environment, shows its own API's runs (not "Oops", the page of a UI that calls port
+4200). Screenshots land in the test's output folder (``RL_RECIPE_SCREENSHOTS`` to keep them somewhere else). Run with
+``make test-browser``."""
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from envs.build import build_environment
+from envs.net import free_port
 from flows.config import PROFILES_DIR
 
 pytestmark = pytest.mark.browser
@@ -28,6 +35,8 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 RUN_TIMEOUT_S = 600.0
+SERVER_START_TIMEOUT_S = 180.0
+ADDRESS_SETTINGS = ("PREFECT_API_URL", "PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +57,36 @@ def smoke_profile(tmp_path_factory, ops) -> Path:
 def ui(prefect_server, ops, smoke_profile) -> Iterator[dict[str, str]]:
     with ops.serve(prefect_server, str(smoke_profile), smoke_profile.parent / "serve.log"):
         yield prefect_server
+
+
+def _healthy(base: str) -> bool:
+    """Whether the server at ``base`` answers its health route yet (a refused connection means: still starting)."""
+    try:
+        return httpx.get(f"{base}/api/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def lone_server(tmp_path, ops) -> Iterator[str]:
+    """`recipe server --port N` as a newcomer starts it: no Prefect address in its environment, so only the command
+    can tell the UI which port its API is on. Yields the server's address."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k not in ADDRESS_SETTINGS} | {"PREFECT_HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "flows.cli", "server", "--port", str(port)]
+    with (tmp_path / "server.log").open("w") as log:
+        process = subprocess.Popen(command, env=env, cwd=ops.repo, stdout=log, stderr=log)
+        try:
+            ops.wait_for(lambda: _healthy(base), SERVER_START_TIMEOUT_S, f"recipe server --port {port}")
+            yield base
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -129,3 +168,23 @@ def test_start_a_run_from_the_form_and_read_its_gate_report(ui, ops, shots, smok
     # The UI asks for /ico/undefined.svg (the icon of a served deployment's absent work-pool type): Prefect's, not ours.
     assert not [r for r in failed_requests if "/ico/" not in r], failed_requests
     assert not [e for e in console_errors if not e.startswith("Failed to load resource")], console_errors
+
+
+def test_the_ui_on_its_own_port_shows_its_own_apis_runs(lone_server, ops, shots) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    api = {"PREFECT_API_URL": f"{lone_server}/api"}
+    flow = ops.api(api, "POST", "/flows/", json={"name": "port-check"})
+    run = ops.api(api, "POST", "/flow_runs/", json={"flow_id": flow["id"], "name": "run-on-its-own-port"})
+    api_calls: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("request", lambda r: api_calls.append(r.url) if "/api/" in r.url else None)
+        for ui, path in (("v1", "/runs"), ("v2", "/v2/runs")):  # Prefect 3.9 serves both; "/" opens v2
+            page.goto(f"{lone_server}{path}")
+            expect(page.get_by_text(run["name"]).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_text("Oops")).to_have_count(0)
+            page.screenshot(path=shots / f"own-port-{ui}-runs.png", full_page=True)
+        browser.close()
+    assert api_calls and all(url.startswith(f"{lone_server}/api/") for url in api_calls), sorted(set(api_calls))

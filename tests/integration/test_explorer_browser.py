@@ -129,6 +129,8 @@ def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
 ) -> None:
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=TIMEOUT_MS)  # a loaded 2-core runner renders slower than the 5 s default
+
     page, errors = browser_page
     page.goto(served)
     expect(page.locator(".stage[data-stage=derisk]")).to_be_visible(timeout=TIMEOUT_MS)
@@ -171,11 +173,11 @@ def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
     # De-risk: the failures of a tool link to the trajectories behind them.
     page.get_by_role("link", name="De-risk", exact=True).click()
     expect(page.locator("table.tools")).to_be_visible(timeout=TIMEOUT_MS)
-    expect(page.locator("table.signatures")).to_contain_text("preinstall")
+    expect(page.locator("table.signatures")).to_contain_text("preinstall", timeout=TIMEOUT_MS)
     page.screenshot(path=shots / "5-derisk.png", full_page=True)
     page.select_option("select[name=stage]", "all")
     expect(page).to_have_url(re.compile(r"#/tools\?stage=all$"))
-    expect(page.locator("table.tools")).to_contain_text("filesystem_read_file")
+    expect(page.locator("table.tools")).to_contain_text("filesystem_read_file", timeout=TIMEOUT_MS)
     row = page.locator("table.tools tbody tr").filter(has_text="code_exec_run_python")
     failures = int(row.locator("td").nth(3).inner_text())
     row.locator("td").nth(3).get_by_role("link").click()
@@ -207,6 +209,8 @@ def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
 
 def test_static_export_opens_from_file(runs_root, tmp_path, browser_page, shots) -> None:
     from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
 
     out = tmp_path / "static"
     done = subprocess.run(

@@ -113,6 +113,22 @@ def test_a_generated_run_id_is_checked_too(tmp_path: Path) -> None:
         RunStore.create(tmp_path / "runs", "a/b", {}, "h")  # the profile's name starts a generated id
 
 
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [
+        ("smoke", "smoke-0123abcd"),
+        ("/tmp/x/smoke-browser.yaml", "smoke-browser-0123abcd"),
+        ("../my profile.yml", "my-profile-0123abcd"),
+    ],
+)
+def test_a_ui_run_of_a_profile_given_as_a_path_gets_a_plain_run_id(monkeypatch, profile: str, expected: str) -> None:
+    """A run started from the UI with a YAML path as its profile was refused: the path went into its run id."""
+    from flows import pipeline
+
+    monkeypatch.setattr(pipeline.flow_run, "get_id", lambda: "0123abcd-ffff")
+    assert pipeline._default_run_id(profile) == expected
+
+
 # --- finding 11: implausible profile values -------------------------------------------------------------------------
 
 
