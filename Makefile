@@ -86,7 +86,7 @@ cluster-demo: install $(CLUSTER_VENV)/.installed install-vllm
 	$(VENV)/bin/recipe cluster up --profile cluster-cpu
 	$(VENV)/bin/recipe run --profile cluster-cpu; status=$$?; $(VENV)/bin/recipe cluster down --profile cluster-cpu; exit $$status
 
-# The chaos run (README "Reliability"): the smoke profile through the hero stage with 20 % injected infra faults
+# The chaos run (docs/reliability.md): the smoke profile through the hero stage with 20 % injected infra faults
 # (tool hangs / crashes / garbage / empty answers, sandbox starts, engine drops / 500s / stalls in-process and over
 # HTTP, crashes of group generation in both loops); every stage must report faults, lose no rollout and pass; prints
 # the figures by kind from each stage's faults.json. `make test` runs the short version (de-risk → systems, 10 %).

@@ -1,7 +1,7 @@
 """The fully-async loop with the trainer in a child process: the engine, the harness, the tool sessions and the loop
 stay here, the ``TrainerService`` runs in a spawned child, so generation and training never wait on one interpreter
 lock. On two cores with the tiny model, threads in one process made each phase slower while the other ran (generation
-1.5x, training 1.2x); a child process keeps them apart (numbers: benchmarks/learning_curve.py, README "RL loops").
+1.5x, training 1.2x); a child process keeps them apart (numbers: benchmarks/learning_curve.py, docs/benchmarks.md).
 
 Calls go over a pipe, one at a time: trajectories in, ``StepMetrics`` out; the weights for a push come back as one
 safetensors blob (a copy, like ``LocalTrainer.state_dict_for_engine``); checkpoints are written by the child. Every call
