@@ -4,7 +4,8 @@ The landed config is the profile with the landed arm of its newest run whose abl
 and context nudge; the profile as it is when no run landed one yet). A new run of it goes through the pipeline up to
 the overfit stage — de-risk, TITO and systems included, since the code may have changed since — and the flow ends
 in the pipeline's state: a failed gate is a failed nightly run, and the profile's ``alerts.webhook_url`` gets a POST
-naming the run, the stage and the failed criteria.
+naming the run, the stage and the failed criteria, and the overfit gate's last pass and first failure since, each
+with its commit (``tasks.history``; ``recipe history --profile P`` prints the whole table).
 
     recipe serve    # schedules it (profile's schedule.nightly_cron, in schedule.timezone)
 """
@@ -23,6 +24,7 @@ from flows.pipeline import pipeline
 from flows.stage import DEFAULT_RUNS_ROOT
 from tasks.alerts import post_alert
 from tasks.artifacts import log
+from tasks.history import failure_streak, overfit_history
 from tasks.run_store import StageStatus, runs_of
 
 
@@ -41,18 +43,23 @@ def landed_overrides(runs_root: Path, profile: str) -> list[str]:
 
 
 def alert_on_failure(flow: Flow, flow_run: FlowRun, state: State) -> None:
-    """Flow-run hook: post the failure to the profile's webhook (nothing when it has none)."""
+    """Flow-run hook: post the failure to the profile's webhook (nothing when it has none), with the overfit gate's
+    last pass and first failure since, each at its commit (``tasks.history``): where to start bisecting."""
     profile = flow_run.parameters.get("profile", "local")
-    alerts = load_profile(profile, list(flow_run.parameters.get("overrides") or ())).alerts
+    config = load_profile(profile, list(flow_run.parameters.get("overrides") or ()))
+    alerts = config.alerts
     if not alerts.webhook_url:
         return
+    runs_root = Path(flow_run.parameters.get("runs_root") or DEFAULT_RUNS_ROOT)
+    streak = failure_streak(overfit_history(runs_root, config.profile))
     payload: dict[str, Any] = {
-        "text": f"rl-recipe: {flow.name} failed ({profile}): {state.message}",
+        "text": "\n".join([f"rl-recipe: {flow.name} failed ({profile}): {state.message}", *streak.lines()]),
         "flow_run": flow_run.name,
         "flow_run_id": str(flow_run.id),
         "state": state.name,
         "message": state.message,
         "profile": profile,
+        **streak.as_json(),
     }
     post_alert(alerts.webhook_url, payload, alerts.timeout_s)
 

@@ -4,7 +4,9 @@
   version, every gate criterion (measured, comparison, threshold, verdict), the findings and the artifact paths;
   config changes made on resume;
 * ``write_report`` — ``report.md`` and a self-contained ``report.html`` (plots inlined): provenance, the stage
-  table, the metric × stage table, each gate, the plots, and the evals in the catalog.
+  table, the metric × stage table, each gate, the plots, the evals in the catalog, and the overfit gate over the
+  profile's runs (``tasks.history``) with this run marked;
+* ``Table`` and ``Page`` — the pieces both are made of (``tasks.comparison`` builds its two-run page from them).
 
 Both read the same records, so ``recipe audit`` and ``recipe report`` (and the Prefect artifacts, written from the
 same gate reports) tell the same story.
@@ -14,12 +16,13 @@ from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs.files import atomic_write_text
 from tasks.catalog import Catalog
+from tasks.history import OverfitNight, failure_streak, overfit_history
 from tasks.run_store import RunInfo, RunStore, StageManifest
 
 KEY_METRICS = (
@@ -55,10 +58,7 @@ def _fmt(value: Any) -> str:
 
 
 def _version(info: RunInfo | StageManifest) -> str:
-    version = info.code_version
-    if version is None or version.commit is None:
-        return "unknown"
-    return version.commit[:10] + ("+dirty" if version.dirty else "")
+    return info.code_version.label if info.code_version is not None else "unknown"
 
 
 def _finding(finding: Any) -> tuple[str, str]:
@@ -160,52 +160,105 @@ def _eval_table(catalog: Catalog) -> Table:
     return Table(header, [[_fmt(v) for v in row.values()] for row in rows])
 
 
+def history_table(nights: list[OverfitNight], this_run: str | None = None) -> Table:
+    """The overfit gate over runs, oldest first; ``this_run`` is marked (the run a report is about)."""
+    rows = [
+        [
+            n.run_id + (" (this run)" if n.run_id == this_run else ""),
+            n.created_at,
+            n.code.label,
+            n.status.value,
+            f"{_fmt(n.reward_before)} → {_fmt(n.reward_after)}",
+            _fmt(n.gain),
+            _fmt(n.p_value),
+            ", ".join(n.failed_criteria) or (n.note or "–"),
+        ]
+        for n in nights
+    ]
+    return Table(["run", "created", "code", "overfit", "reward", "gain", "p", "failed / why"], rows)
+
+
 @dataclass(frozen=True)
 class ReportFiles:
     markdown: Path
     html: Path
 
 
+@dataclass
+class Page:
+    """A report written twice from the same calls: markdown (read in a terminal or on a forge) and one self-contained
+    HTML file (plots inlined), so the two never tell different stories."""
+
+    title: str
+    md: list[str] = field(default_factory=list)
+    body: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.md += [f"# {self.title}", ""]
+        self.body.append(f"<h1>{html.escape(self.title)}</h1>")
+
+    def text(self, markdown: str) -> None:
+        """A paragraph; the HTML drops the markdown's ``**`` and backticks."""
+        self.md += [markdown, ""]
+        self.body.append(f"<p>{html.escape(markdown.replace('**', '').replace('`', ''))}</p>")
+
+    def section(self, heading: str, table: Table | None = None) -> None:
+        self.md += [f"## {heading}", ""]
+        self.body.append(f"<h2>{html.escape(heading)}</h2>")
+        if table is not None:
+            self.md += [table.markdown(), ""]
+            self.body.append(table.html())
+
+    def item(self, subject: str, text: str) -> None:
+        self.md.append(f"- **{subject}**: {text}")
+        self.body.append(f"<p><b>{html.escape(subject)}</b>: {html.escape(text)}</p>")
+
+    def figure(self, name: str, path: Path, link: str) -> None:
+        """The PNG at ``path``: linked as ``link`` (relative to the markdown file) in the markdown, inlined in the
+        HTML."""
+        self.md += ["", f"![{name}]({link})", ""]
+        data = base64.b64encode(path.read_bytes()).decode()
+        caption = html.escape(name)
+        self.body.append(f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}')
+        self.body.append("</figcaption></figure>")
+
+    def write(self, out: Path, name: str) -> ReportFiles:
+        """``<out>/<name>.md`` and ``<out>/<name>.html``, each written atomically."""
+        files = ReportFiles(out / f"{name}.md", out / f"{name}.html")
+        atomic_write_text(files.markdown, "\n".join(self.md) + "\n")
+        head = f"<meta charset='utf-8'><title>{html.escape(self.title)}</title><style>{STYLE}</style>"
+        page = f"<!doctype html><html><head>{head}</head><body>{''.join(self.body)}</body></html>\n"
+        atomic_write_text(files.html, page)
+        return files
+
+
 def write_report(store: RunStore, out: Path | None = None) -> ReportFiles:
-    """``report.md`` and ``report.html`` for the run (default: in the run folder)."""
-    out = out or store.root
+    """``report.md`` and ``report.html`` for the run (default: in the run folder). The overfit gate over the profile's
+    runs comes from the run folders beside this one (``tasks.history``)."""
     info, manifests = store.info(), store.manifests()
-    catalog = Catalog(store.catalog_path)
-    title = f"rl-recipe run {info.run_id}"
-    provenance = (
+    page = Page(f"rl-recipe run {info.run_id}")
+    page.text(
         f"profile **{info.profile}**, config hash `{info.config_hash}`, code `{_version(info)}`, "
         f"created {info.created_at} on {info.host} (Python {info.python})"
     )
-    md = [f"# {title}", "", provenance, "", "## Stages", "", _stage_table(manifests).markdown(), ""]
-    page = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(provenance.replace('**', '').replace('`', ''))}</p>"]
-    page += ["<h2>Stages</h2>", _stage_table(manifests).html()]
-    metrics = _metric_table(manifests)
-    md += ["## Metrics by stage", "", metrics.markdown(), ""]
-    page += ["<h2>Metrics by stage</h2>", metrics.html()]
-    evals = _eval_table(catalog)
+    page.section("Stages", _stage_table(manifests))
+    page.section("Metrics by stage", _metric_table(manifests))
+    evals = _eval_table(Catalog(store.catalog_path))
     if evals.rows:
-        md += ["## Evals", "", evals.markdown(), ""]
-        page += ["<h2>Evals</h2>", evals.html()]
+        page.section("Evals", evals)
     for m in manifests:
         if not m.gate:
             continue
-        gate = _gate_table(m)
-        md += [f"## {m.folder}: {m.status.value}", "", gate.markdown(), ""]
-        page += [f"<h2>{html.escape(m.folder)}: {html.escape(m.status.value)}</h2>", gate.html()]
+        page.section(f"{m.folder}: {m.status.value}", _gate_table(m))
         for subject, text in map(_finding, m.gate.get("findings", [])):
-            md.append(f"- **{subject}**: {text}")
-            page.append(f"<p><b>{html.escape(subject)}</b>: {html.escape(text)}</p>")
+            page.item(subject, text)
         for name, relative in m.gate.get("artifacts", {}).items():
             path = store.root / relative
-            if path.suffix != ".png" or not path.is_file():
-                continue
-            md += ["", f"![{name}]({Path(relative).as_posix()})", ""]
-            data = base64.b64encode(path.read_bytes()).decode()
-            caption = html.escape(name)
-            page.append(f'<figure><img alt="{caption}" src="data:image/png;base64,{data}"><figcaption>{caption}')
-            page.append("</figcaption></figure>")
-    files = ReportFiles(out / "report.md", out / "report.html")
-    atomic_write_text(files.markdown, "\n".join(md) + "\n")
-    head = f"<meta charset='utf-8'><title>{html.escape(title)}</title><style>{STYLE}</style>"
-    atomic_write_text(files.html, f"<!doctype html><html><head>{head}</head><body>{''.join(page)}</body></html>\n")
-    return files
+            if path.suffix == ".png" and path.is_file():
+                page.figure(name, path, Path(relative).as_posix())
+    nights = overfit_history(store.root.parent, info.profile)
+    if nights:
+        page.section(f"The overfit gate over the runs of {info.profile}", history_table(nights, info.run_id))
+        for line in failure_streak(nights).lines():
+            page.text(line)
+    return page.write(out or store.root, "report")

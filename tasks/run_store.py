@@ -73,6 +73,13 @@ class CodeVersion(BaseModel):
     """Uncommitted changes to tracked files at run time."""
     package: str
 
+    @property
+    def label(self) -> str:
+        """The commit as reports show it: its first 10 characters, ``+dirty`` with uncommitted changes."""
+        if self.commit is None:
+            return "unknown"
+        return self.commit[:10] + ("+dirty" if self.dirty else "")
+
 
 def _git(*args: str, cwd: Path) -> str | None:
     try:
@@ -141,6 +148,15 @@ class StageManifest(BaseModel):
     jobs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Jobs the stage submitted to a cluster, by work folder (``tasks.cluster.JobRecord``): what a resumed stage
     reattaches to."""
+
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """The metrics that are tables (a list of row mappings: ablation arms, transfer suites), by name: what the
+        explorer, the report and a comparison show as tables rather than as one value."""
+        return {
+            name: value
+            for name, value in self.metrics.items()
+            if isinstance(value, list) and value and all(isinstance(row, dict) for row in value)
+        }
 
 
 def new_run_id(profile: str) -> str:
@@ -290,14 +306,17 @@ def _read_model(path: Path, model: type[M]) -> M:
         raise RunStoreError(f"{path} is not a {model.__name__}: {error.errors()[0]['msg']}") from None
 
 
-def runs_of(runs_root: Path, profile: str) -> list[RunStore]:
-    """Every run folder of ``profile`` under ``runs_root``, oldest first (a damaged one is skipped)."""
+def all_runs(runs_root: Path) -> list[tuple[RunInfo, RunStore]]:
+    """Every run folder under ``runs_root`` with its ``run.json``, oldest first (a damaged one is skipped)."""
     found = []
     for path in sorted(runs_root.glob(f"*/{RUN_FILE}")):
         try:
-            info = _read_model(path, RunInfo)
+            found.append((_read_model(path, RunInfo), RunStore(path.parent)))
         except RunStoreError:
             continue
-        if info.profile == profile:
-            found.append((info.created_at, RunStore(path.parent)))
-    return [store for _, store in sorted(found, key=lambda pair: pair[0])]
+    return sorted(found, key=lambda pair: pair[0].created_at)
+
+
+def runs_of(runs_root: Path, profile: str) -> list[RunStore]:
+    """Every run folder of ``profile`` under ``runs_root``, oldest first (a damaged one is skipped)."""
+    return [store for info, store in all_runs(runs_root) if info.profile == profile]

@@ -322,11 +322,6 @@ def _by_trajectory(rows: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]
 def _stage_summary(m: StageManifest) -> dict[str, Any]:
     gate = m.gate or {}
     scalars = {k: v for k, v in m.metrics.items() if isinstance(v, int | float | str | bool) or v is None}
-    tables = {
-        k: v
-        for k, v in m.metrics.items()
-        if isinstance(v, list) and v and all(isinstance(row, dict) for row in v)  # e.g. ablation arms, transfer suites
-    }
     return {
         "stage": m.stage,
         "folder": m.folder,
@@ -340,7 +335,7 @@ def _stage_summary(m: StageManifest) -> dict[str, Any]:
         "criteria": gate.get("criteria", []),
         "findings": gate.get("findings", []),
         "metrics": scalars,
-        "tables": tables,
+        "tables": m.tables(),
         "outputs": {k: v for k, v in m.outputs.items() if isinstance(v, str | int | float | bool)},
         "timings": m.timings,
     }
@@ -566,6 +561,6 @@ class Explorer:
         tables = [
             {"stage": m.stage, "folder": m.folder, "name": name, "rows": rows}
             for m in self.manifests()
-            for name, rows in _stage_summary(m)["tables"].items()
+            for name, rows in m.tables().items()
         ]
         return clean({"steps": steps, "evals": evals, "tables": tables})
