@@ -9,7 +9,8 @@
   leave a FIFO (``mkfifo``) where a file is expected: a plain ``open`` of it blocks until someone writes, which hung
   the file tools' threads and the grader.
 * Shared builds (an environment, a base model): built by one process at a time under ``file_lock``, and written only
-  into folders the project made (``claim_folder``: a marker file inside), never into a user's folder.
+  into folders the project made (``claim_folder``: a marker file inside), never into a user's folder. A folder a
+  command replaces whole (an explorer export, a comparison) must be new, empty, or its own (``check_replaceable``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -197,3 +199,29 @@ def claim_folder(folder: Path, marker: str, ours: bool = False) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / marker).touch()
     return folder
+
+
+def check_replaceable(folder: Path, marker: str, owned: re.Pattern[str], what: str) -> None:
+    """Refuse ``folder`` as the target of ``replace_dir`` unless replacing it loses nothing: absent, empty, or made by
+    the same writer earlier — ``marker`` in it, only files whose path (relative to it) ``owned`` matches, and no
+    symbolic link, which a replace could follow out. ``what`` names the writer in the message ("an export")."""
+    if folder.is_symlink():
+        raise ForeignFolderError(f"{folder} is a symbolic link: pass a folder path of its own")
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise ForeignFolderError(f"{folder} is a file, not a folder: pass a new or empty folder for {what}")
+    if not any(folder.iterdir()):
+        return
+    if (folder / marker).is_symlink() or not (folder / marker).is_file():
+        raise ForeignFolderError(
+            f"{folder} is a folder with files and no {marker} (which {what} writes): it writes only into a new or "
+            f"empty folder, or one {what} made"
+        )
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(parent) / name
+            if path.is_symlink():
+                raise ForeignFolderError(f"{path} is a symbolic link, which {what} never makes: remove it first")
+            if name in files and not owned.fullmatch(path.relative_to(folder).as_posix()):
+                raise ForeignFolderError(f"{path} was not written by {what}: move it out of {folder} first")

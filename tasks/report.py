@@ -49,7 +49,8 @@ STYLE = (
 )
 
 
-def _fmt(value: Any) -> str:
+def fmt(value: Any) -> str:
+    """A value as a table cell: 4 significant digits for a float, ``–`` for none."""
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -83,7 +84,7 @@ def audit_lines(store: RunStore) -> list[str]:
     lines += [f"  config changed {c.at}: {c.reason} → {c.config_hash}" for c in info.history]
     for m in store.manifests():
         lines.append(
-            f"{m.folder:<12} {m.status.value:<12} attempt {m.attempt}  {_fmt(m.duration_s)} s  "
+            f"{m.folder:<12} {m.status.value:<12} attempt {m.attempt}  {fmt(m.duration_s)} s  "
             f"started {m.started_at or '–'}  fingerprint {m.fingerprint or '–'}  config {m.config_hash or '–'}  "
             f"code {_version(m)}"
         )
@@ -93,7 +94,7 @@ def audit_lines(store: RunStore) -> list[str]:
         for c in gate.get("criteria", []):
             verdict = "pass" if c["passed"] else "FAIL"
             lines.append(
-                f"    {verdict:<4} {c['name']}: {_fmt(c['measured'])} {c['op']} {_fmt(c['threshold'])}"
+                f"    {verdict:<4} {c['name']}: {fmt(c['measured'])} {c['op']} {fmt(c['threshold'])}"
                 + (f"  ({c['detail']})" if c.get("detail") else "")
             )
         lines += [f"    finding {subject}: {text}" for subject, text in map(_finding, gate.get("findings", []))]
@@ -126,13 +127,13 @@ def _stage_table(manifests: list[StageManifest]) -> Table:
     for m in manifests:
         gate = m.gate or {}
         failed = [c["name"] for c in gate.get("criteria", []) if not c["passed"]]
-        rows.append([m.folder, m.status.value, _fmt(m.duration_s), str(m.attempt), ", ".join(failed) or "–"])
+        rows.append([m.folder, m.status.value, fmt(m.duration_s), str(m.attempt), ", ".join(failed) or "–"])
     return Table(["stage", "status", "seconds", "attempt", "failed criteria"], rows)
 
 
 def _metric_table(manifests: list[StageManifest]) -> Table:
     present = [k for k in KEY_METRICS if any(k in m.metrics for m in manifests)]
-    rows = [[key] + [_fmt(m.metrics.get(key)) if key in m.metrics else "" for m in manifests] for key in present]
+    rows = [[key] + [fmt(m.metrics.get(key)) if key in m.metrics else "" for m in manifests] for key in present]
     return Table(["metric", *[m.folder for m in manifests]], rows)
 
 
@@ -140,8 +141,8 @@ def _gate_table(m: StageManifest) -> Table:
     rows = [
         [
             c["name"],
-            _fmt(c["measured"]),
-            f"{c['op']} {_fmt(c['threshold'])}",
+            fmt(c["measured"]),
+            f"{c['op']} {fmt(c['threshold'])}",
             "pass" if c["passed"] else "FAIL",
             c.get("detail", ""),
         ]
@@ -157,7 +158,7 @@ def _eval_table(catalog: Catalog) -> Table:
            FROM evals GROUP BY stage, suite, policy ORDER BY min(rowid)"""
     )
     header = ["stage", "suite", "policy", "tasks", "passes", "Pass@1", "mean reward"]
-    return Table(header, [[_fmt(v) for v in row.values()] for row in rows])
+    return Table(header, [[fmt(v) for v in row.values()] for row in rows])
 
 
 def history_table(nights: list[OverfitNight], this_run: str | None = None) -> Table:
@@ -168,9 +169,9 @@ def history_table(nights: list[OverfitNight], this_run: str | None = None) -> Ta
             n.created_at,
             n.code.label,
             n.status.value,
-            f"{_fmt(n.reward_before)} → {_fmt(n.reward_after)}",
-            _fmt(n.gain),
-            _fmt(n.p_value),
+            f"{fmt(n.reward_before)} → {fmt(n.reward_after)}",
+            fmt(n.gain),
+            fmt(n.p_value),
             ", ".join(n.failed_criteria) or (n.note or "–"),
         ]
         for n in nights

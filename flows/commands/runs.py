@@ -4,12 +4,19 @@ recipe history --profile local [--runs-root runs]
     the overfit gate over the profile's runs, oldest first: per run its code version, the overfit status, the reward
     before → after, the gain and the p-value; then "last passed at <commit> (run, date)" and "first failed at
     <commit> (run, date)" for the current failure streak (what the nightly alert says too). Writes nothing.
+recipe compare A B [--runs-root runs] [--out DIR]
+    two runs side by side in compare.md and a self-contained compare.html: the stage table, every gate criterion
+    measured in A and B with its verdict, the metrics by stage with B − A, the ablation / transfer tables, and the
+    training curves of both overlaid per stage. DIR defaults to <runs root>/compare/<A>-vs-<B> (inside neither run;
+    the same command replaces it whole). Prints the path of compare.html.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from flows.args import RUNS_ROOT_HELP
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -28,6 +35,17 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from tasks.comparison import default_out, write_comparison
+    from tasks.run_store import RunStore
+
+    runs_root = Path(args.runs_root)
+    a, b = RunStore.open(runs_root, args.a), RunStore.open(runs_root, args.b)
+    files = write_comparison(a, b, Path(args.out) if args.out else default_out(runs_root, a, b))
+    print(f"wrote {files.html} and {files.markdown.name} beside it")
+    return 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
         "history", help="the overfit gate over a profile's runs, and the commits of its last pass and first failure"
@@ -35,3 +53,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     history.add_argument("--profile", default="local", help="the profile whose runs are listed (its name in run.json)")
     history.add_argument("--runs-root", default="runs", help="the folder of run folders")
     history.set_defaults(handler=_history)
+
+    compare = commands.add_parser(
+        "compare", help="two runs side by side: gates, metrics, ablation/transfer tables, training curves"
+    )
+    compare.add_argument("a", metavar="A", help="the first run (id or folder): the A columns")
+    compare.add_argument("b", metavar="B", help="the second run (id or folder): the B columns")
+    compare.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
+    compare.add_argument("--out", help="folder for compare.md and compare.html (default: RUNS_ROOT/compare/A-vs-B)")
+    compare.set_defaults(handler=_compare)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import RecipeError
-from envs.files import staged_dir
+from envs.files import check_replaceable, staged_dir
 from tasks.explorer.queries import Explorer
 from tasks.explorer.selection import choose_sample
 from tasks.explorer.server import STATIC_DIR, page_html
@@ -48,8 +48,8 @@ PROGRESS_S = 5.0
 
 
 class StaticExportError(RecipeError):
-    """OUT cannot take the export (a file, a link, a folder the export did not make), or the catalog names a
-    trajectory with something other than an integer."""
+    """OUT cannot be written, or the catalog names a trajectory with something other than an integer (a folder
+    that is not the export's own is ``envs.files.ForeignFolderError``)."""
 
 
 @dataclass(frozen=True)
@@ -67,29 +67,9 @@ class StaticExport:
 
 
 def check_out(out: Path) -> None:
-    """Refuse ``out`` unless replacing it loses nothing: absent, an empty folder, or an earlier export's folder (its
-    marker in it) holding only files an export writes and no symbolic link, which a replace could follow out."""
-    if out.is_symlink():
-        raise StaticExportError(f"{out} is a symbolic link: pass a folder path of its own")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise StaticExportError(f"{out} is a file, not a folder: pass a new or empty folder for the export")
-    if not any(out.iterdir()):
-        return
-    marker = out / MARKER
-    if marker.is_symlink() or not marker.is_file():
-        raise StaticExportError(
-            f"{out} is a folder with files and no {MARKER} (which an export writes): it writes only into a new or "
-            "empty folder, or one an earlier export made"
-        )
-    for folder, folders, files in os.walk(out):
-        for name in folders + files:
-            path = Path(folder) / name
-            if path.is_symlink():
-                raise StaticExportError(f"{path} is a symbolic link, which an export never makes: remove it first")
-            if name in files and not EXPORT_FILE.fullmatch(path.relative_to(out).as_posix()):
-                raise StaticExportError(f"{path} was not written by an export: move it out of {out} first")
+    """Refuse ``out`` unless replacing it loses nothing (``envs.files.check_replaceable``): absent, an empty folder, or
+    an earlier export's folder holding only files an export writes and no symbolic link."""
+    check_replaceable(out, MARKER, EXPORT_FILE, "an export")
 
 
 def _sample_rows(explorer: Explorer) -> list[dict[str, Any]]:
