@@ -44,6 +44,7 @@ from tasks.engine import EngineSettings, training_engines
 from tasks.environment import policy_harness, task_sets
 from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
+from tasks.prune import pruned_work_folders
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
 from tasks.training import TrainerRunner, TrainJob, TrainResult, train
 from tasks.validation import Suite, validate_stage
@@ -371,6 +372,11 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
                 f"run it: recipe stage {earlier.value} --run {store.run_id}"
             )
     previous = store.manifest(stage.folder)
+    jobs = dict(previous.jobs) if previous else {}  # a resumed stage reattaches to its jobs on the cluster
+    pruned = sorted(pruned_work_folders(store, stage.folder))
+    if pruned:  # a finished job there has no checkpoint left to hand on: submitted again, it trains again
+        log("%s: checkpoints pruned from %s (pruned.json): a loop without one trains again", stage.folder, pruned)
+        jobs = {key: job for key, job in jobs.items() if key not in pruned or job.get("status") != "SUCCEEDED"}
     manifest = StageManifest(
         stage=stage.value,
         folder=stage.folder,
@@ -380,7 +386,7 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
         code_version=code_version(),
         attempt=(previous.attempt if previous else 0) + 1,
         started_at=now(),
-        jobs=dict(previous.jobs) if previous else {},  # a resumed stage reattaches to its jobs on the cluster
+        jobs=jobs,
     )
     store.write_manifest(manifest)
     catalog = Catalog(store.catalog_path)

@@ -168,7 +168,7 @@ def _draw_curves(a: RunStore, b: RunStore, stage_folders: dict[str, str], folder
         series |= {f"B · {loop}": points for loop, points in series_b.get(stage, {}).items()}
         label = stage_folders.get(stage, stage)
         name = f"curves-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}.png"
-        title = f"{label}: reward per step\nA {a.run_id} · B {b.run_id}"
+        title = f"{label}: reward per step\nA: {a.run_id}\nB: {b.run_id}"
         charts.append((f"{label}: training curves", curves(folder / name, series, "mean reward", title), name))
     return charts
 

@@ -123,7 +123,7 @@ class FailureStreak:
         if self.first_failed is None:
             failed = "first failed: – (no failure since)"
         else:
-            failed = f"first failed at {self.first_failed.where()}; {self.failures} failed run(s) since the last pass"
+            failed = f"first failed at {self.first_failed.where()}; {self.failures} failed run(s) in a row"
         return [passed, failed]
 
     def as_json(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 * ``audit_lines`` — the audit trail as text: per stage the status, attempt, timings, fingerprint, config hash, code
   version, every gate criterion (measured, comparison, threshold, verdict), the findings and the artifact paths;
-  config changes made on resume;
+  config changes made on resume; checkpoints removed by ``recipe prune`` (``tasks.prune``);
 * ``write_report`` — ``report.md`` and a self-contained ``report.html`` (plots inlined): provenance, the stage
   table, the metric × stage table, each gate, the plots, the evals in the catalog, and the overfit gate over the
   profile's runs (``tasks.history``) with this run marked;
@@ -23,6 +23,7 @@ from typing import Any
 from envs.files import atomic_write_text
 from tasks.catalog import Catalog
 from tasks.history import OverfitNight, failure_streak, overfit_history
+from tasks.prune import PRUNED_FILE, prune_log
 from tasks.run_store import RunInfo, RunStore, StageManifest
 
 KEY_METRICS = (
@@ -82,6 +83,11 @@ def audit_lines(store: RunStore) -> list[str]:
         f"config hash {info.config_hash}  code {_version(info)}  folder {store.root.resolve()}",
     ]
     lines += [f"  config changed {c.at}: {c.reason} → {c.config_hash}" for c in info.history]
+    lines += [
+        f"  pruned {p.at}: {len(p.removed)} checkpoint folder(s), {p.freed} bytes, removed on purpose by recipe prune "
+        f"--keep-last {p.keep_last} (each listed in {store.root / PRUNED_FILE})"
+        for p in prune_log(store).prunes
+    ]
     for m in store.manifests():
         lines.append(
             f"{m.folder:<12} {m.status.value:<12} attempt {m.attempt}  {fmt(m.duration_s)} s  "
@@ -106,14 +112,19 @@ def audit_lines(store: RunStore) -> list[str]:
     return lines
 
 
+def _cells(row: list[str]) -> list[str]:
+    return [cell.replace("|", "\\|") for cell in row]
+
+
 @dataclass(frozen=True)
 class Table:
     header: list[str]
     rows: list[list[str]]
 
     def markdown(self) -> str:
-        lines = ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
-        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        """The table in markdown; a ``|`` in a cell (``mean |Δ logprob|``) is escaped, not a column break."""
+        lines = ["| " + " | ".join(_cells(self.header)) + " |", "|" + "---|" * len(self.header)]
+        lines += ["| " + " | ".join(_cells(row)) + " |" for row in self.rows]
         return "\n".join(lines)
 
     def html(self) -> str:

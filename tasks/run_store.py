@@ -5,6 +5,7 @@ Layout (docs/architecture.md, step 11)::
     runs/<run_id>/
         run.json                 RunInfo: profile, config (JSON), config hash, code version, host, resumes
         catalog.duckdb           trajectories, turns, tool calls, train steps, evals, gates (``tasks.catalog``)
+        pruned.json              checkpoints ``recipe prune`` removed, when (``tasks.prune``); absent until then
         <n>-<stage>/manifest.json  StageManifest: status, fingerprint, inputs, outputs, metrics, gate, timings
         <n>-<stage>/...          what the stage wrote: gate.md, plots, checkpoints, outputs named in the manifest
 
@@ -233,7 +234,7 @@ class RunStore:
         return _holds_run(runs_root / run) or _holds_run(Path(run))
 
     def info(self) -> RunInfo:
-        return _read_model(self.root / RUN_FILE, RunInfo)
+        return read_model(self.root / RUN_FILE, RunInfo)
 
     def verify(self) -> None:
         """Read ``run.json`` and every manifest, so a damaged one fails now (``RunStoreError`` naming it) rather than
@@ -263,7 +264,7 @@ class RunStore:
 
     def manifest(self, folder: str) -> StageManifest | None:
         path = self.root / folder / MANIFEST_FILE
-        return _read_model(path, StageManifest) if path.is_file() else None
+        return read_model(path, StageManifest) if path.is_file() else None
 
     def write_manifest(self, manifest: StageManifest) -> None:
         atomic_write_text(self.stage_dir(manifest.folder) / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
@@ -277,7 +278,7 @@ class RunStore:
             if folder is None:
                 raise RunStoreError(f"{path} is not in a stage folder (<index>-<stage>, e.g. 1-derisk): move it away")
             found.append((int(folder[1]), path))
-        return [_read_model(path, StageManifest) for _, path in sorted(found)]
+        return [read_model(path, StageManifest) for _, path in sorted(found)]
 
     def relative(self, path: Path) -> str:
         """``path`` relative to the run folder (manifests store relative paths, so a run folder can move); a path
@@ -293,7 +294,9 @@ class RunStore:
         return self.root / relative
 
 
-def _read_model(path: Path, model: type[M]) -> M:
+def read_model(path: Path, model: type[M]) -> M:
+    """The JSON record at ``path`` as ``model``, read through the safe parser; a ``RunStoreError`` naming the file
+    when it is missing, unreadable, not JSON or not that record (any record of a run folder: ``pruned.json`` too)."""
     try:
         return model.model_validate(parse_json(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -311,7 +314,7 @@ def all_runs(runs_root: Path) -> list[tuple[RunInfo, RunStore]]:
     found = []
     for path in sorted(runs_root.glob(f"*/{RUN_FILE}")):
         try:
-            found.append((_read_model(path, RunInfo), RunStore(path.parent)))
+            found.append((read_model(path, RunInfo), RunStore(path.parent)))
         except RunStoreError:
             continue
     return sorted(found, key=lambda pair: pair[0].created_at)

@@ -9,6 +9,11 @@ recipe compare A B [--runs-root runs] [--out DIR]
     measured in A and B with its verdict, the metrics by stage with B − A, the ablation / transfer tables, and the
     training curves of both overlaid per stage. DIR defaults to <runs root>/compare/<A>-vs-<B> (inside neither run;
     the same command replaces it whole). Prints the path of compare.html.
+recipe prune [--keep-last 3] [--profile P] [--runs-root runs] [--dry-run]
+    deletes the checkpoint folders of every run but the newest N of each profile (or of P), keeping what any run
+    records a path to (the final policies of the overfit and hero stages), manifests, gate reports, plots and
+    catalogs; never touches a run with a stage running. Records each prune in the run's pruned.json (recipe audit
+    shows it) and prints what it freed per run; --dry-run prints what it would free and changes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flows.args import RUNS_ROOT_HELP
+from flows.args import RUNS_ROOT_HELP, non_negative_int
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -46,6 +51,34 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from tasks.prune import prune_runs
+
+    runs, kept = prune_runs(Path(args.runs_root), args.keep_last, args.profile, args.dry_run)
+    if not runs and not kept:
+        print(f"no run{' of profile ' + args.profile if args.profile else ''} under {args.runs_root}")
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    for profile, run_ids in kept.items():
+        print(f"{profile}: the newest {len(run_ids)} run(s) kept whole: {', '.join(run_ids) or '–'}")
+    for run in runs:
+        if run.skipped:
+            print(f"{run.run_id}: skipped: {run.skipped}")
+        elif not run.removed:
+            print(f"{run.run_id}: no checkpoint to prune")
+        else:
+            print(f"{run.run_id}: {verb} {_size(run.freed)} in {len(run.removed)} checkpoint folder(s)")
+            for folder in run.removed:
+                print(f"    {folder.path}  {_size(folder.bytes)}")
+    total = sum(run.freed for run in runs)
+    print(f"{verb} {_size(total)} in all" + ("  (dry run: nothing changed)" if args.dry_run else ""))
+    return 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
         "history", help="the overfit gate over a profile's runs, and the commits of its last pass and first failure"
@@ -62,3 +95,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--runs-root", default="runs", help=RUNS_ROOT_HELP)
     compare.add_argument("--out", help="folder for compare.md and compare.html (default: RUNS_ROOT/compare/A-vs-B)")
     compare.set_defaults(handler=_compare)
+
+    prune = commands.add_parser(
+        "prune", help="delete old runs' checkpoints, keeping their manifests, gate reports and catalogs"
+    )
+    prune.add_argument(
+        "--keep-last",
+        metavar="N",
+        type=non_negative_int,
+        default=3,
+        help="the newest N runs of each profile are kept whole",
+    )
+    prune.add_argument("--profile", help="prune only this profile's runs (default: every profile's)")
+    prune.add_argument("--runs-root", default="runs", help="the folder of run folders")
+    prune.add_argument("--dry-run", action="store_true", help="print what would be deleted and freed; delete nothing")
+    prune.set_defaults(handler=_prune)

@@ -14,10 +14,17 @@ from tasks.run_store import CodeVersion, RunStore, StageManifest, StageStatus
 
 
 def make_run(
-    runs_root: Path, run_id: str, *, profile: str = "local", created_at: str, commit: str | None = None
+    runs_root: Path,
+    run_id: str,
+    *,
+    profile: str = "local",
+    created_at: str,
+    commit: str | None = None,
+    config: dict[str, Any] | None = None,
 ) -> RunStore:
-    """A run folder with ``run.json`` recording ``created_at`` and the code version ``commit``."""
-    store = RunStore.create(runs_root, profile, {"profile": profile}, "hash-" + run_id, run_id=run_id)
+    """A run folder with ``run.json`` recording ``created_at``, the code version ``commit`` and ``config`` (a stub
+    unless a test opens a stage on the run)."""
+    store = RunStore.create(runs_root, profile, config or {"profile": profile}, "hash-" + run_id, run_id=run_id)
     version = CodeVersion(commit=commit, dirty=False, package="0.1.0")
     store.write_info(store.info().model_copy(update={"created_at": created_at, "code_version": version}))
     return store
