@@ -290,3 +290,5 @@ class Trajectory(BaseModel):
     weight_versions: list[int] = Field(default_factory=list)
     llm_s: float = 0.0
     env_s: float = 0.0
+    nudges: int = 0
+    """Observations the harness appended the context nudge to (``HarnessConfig.context_nudge``; 0 with it off)."""

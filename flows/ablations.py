@@ -4,12 +4,19 @@
    DPPO + prompt_mean + nudge, + overlong filtering, + adaptive length penalty) trains from the same base with the
    same seed and task stream, for the same steps, with the tuned knobs.
 2. Each arm's final checkpoint runs ``eval_passes`` passes of the held-out set (evals run without the nudge).
-3. Each arm vs the baseline: paired bootstrap CI of the per-task mean-reward difference, and a verdict (gain /
-   within noise / loss).
-4. The landed config, by the rule in ``flows.stage_gates.landed_arm``: the largest gain beyond noise; with none, the
-   recipe's landed arm unless it is a loss; else the baseline.
+3. Each arm's mechanism activity over its training steps (``trainer.algorithms.activity``, recorded per step in its
+   history): nudges inserted, the share of tokens DPPO masked and mean |π/μ − 1|, the share of trajectories the
+   overlong filter dropped, the mean length penalty, the token weights' distance from token_mean's. The mechanisms
+   an arm turns on relative to the baseline (``flows.mechanisms``) that never acted are idle; an arm none of whose
+   mechanisms acted is **inert**: it measures nothing.
+4. Each arm vs the baseline: paired bootstrap CI of the per-task mean-reward difference, and a verdict (gain /
+   within noise / loss, or inert whatever the CI).
+5. The landed config, by the rule in ``flows.stage_gates.landed_arm``: the largest gain beyond noise among arms that
+   are not inert; with none, the recipe's landed arm unless it is a loss or inert; else the baseline.
 
-Gate: every arm finished and the rule chose. Output ``landed``: the arm's algorithm changes and nudge, for the hero.
+Gate: every arm finished and the rule chose; findings give each arm's verdict and its idle mechanisms ("inert:
+DPPO never acted (dppo_masked_share = 0)"). Writes ``ablations.json``, one row per arm: score, CI, verdict and the
+activity figures. Output ``landed``: the arm's algorithm changes and nudge, for the hero.
 
     recipe stage ablations --run RUN
 """
@@ -27,12 +34,14 @@ from evals.compare import paired_comparison
 from evals.records import EvalResult
 from evals.types import Metric
 from flows.config import AblationsStage, StageName
+from flows.mechanisms import ArmSetup, arm_mechanisms, idle_mechanisms
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, TrainingSetup, open_stage
 from flows.stage_gates import ArmResult, ablations_gate, landed_arm
 from tasks.artifacts import log, publish_table
 from tasks.plots import estimate_bars
 from tasks.training import LoopKind, loop_config
 from tasks.validation import Suite
+from trainer.algorithms import AlgorithmConfig, MechanismActivity
 
 
 @flow(name="ablations", log_prints=True)
@@ -42,17 +51,17 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         section: AblationsStage = stage.section
         setup = stage.training_setup()
         tasks = stage.variance_tasks(setup.train)
-        evals, errors = {}, {}
+        evals, activities, errors = {}, {}, {}
         for arm_name in section.arms:
             try:
                 with stage.timed(f"arm_{arm_name}"):
-                    evals[arm_name] = _run_arm(stage, setup, tasks, arm_name)
+                    evals[arm_name], activities[arm_name] = _run_arm(stage, setup, tasks, arm_name)
             except Exception as error:  # one arm's failure is a finding of this stage, not the end of the others
                 errors[arm_name] = f"{type(error).__name__}: {error}"
                 log("arm %s failed: %s", arm_name, errors[arm_name])
         stage.validate(Suite.EVAL_RESULTS)
 
-        arms = _arm_results(evals, section)
+        arms = _arm_results(evals, activities, _arm_setups(stage.config.trainer.algorithm, section), section)
         landed, reason = landed_arm(arms, section.baseline, section.prior)
         table = _table(arms, evals, errors, landed)
         atomic_write_json(stage.dir / "ablations.json", table)
@@ -69,12 +78,15 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         arm = section.arms[landed]
         stage.output("landed", {"arm": landed, "algorithm": arm.algorithm, "context_nudge": arm.context_nudge})
         stage.output("table", stage.dir / "ablations.json")
-        metrics = {"landed": landed, "rule": reason, "arms": table}
+        metrics = {"landed": landed, "rule": reason, "inert_arms": sum(a.inert for a in arms), "arms": table}
         return stage.finish(ablations_gate(arms, landed, reason, metrics))
 
 
-def _run_arm(stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str) -> EvalResult:
-    """Train one arm from the base on ``tasks`` (those with reward variance), then evaluate it on the held-out set."""
+def _run_arm(
+    stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str
+) -> tuple[EvalResult, MechanismActivity | None]:
+    """Train one arm from the base on ``tasks`` (those with reward variance), then evaluate it on the held-out set;
+    its held-out result and its mechanisms' activity over the training steps."""
     section: AblationsStage = stage.section
     arm = section.arms[arm_name]
     loop = loop_config(
@@ -91,11 +103,26 @@ def _run_arm(stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_n
     )
     trained = stage.train(arm_name, setup.policy, tasks, loop)
     # Evals run without the nudge: the arm is measured on what its training changed.
-    return stage.evaluate(setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes))
+    job = setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes)
+    return stage.evaluate(job), trained.history.activity()
 
 
-def _arm_results(evals: dict[str, EvalResult], section: AblationsStage) -> list[ArmResult]:
-    """Each arm's held-out mean reward, and its paired comparison with the baseline (when both finished)."""
+def _arm_setups(profile: AlgorithmConfig, section: AblationsStage) -> dict[str, ArmSetup]:
+    """Each arm's whole algorithm (the profile's with the arm's changes, as ``StageRun.tuned_trainer`` builds it)."""
+    return {
+        name: ArmSetup(AlgorithmConfig(**profile.model_dump() | arm.algorithm), arm.context_nudge)
+        for name, arm in section.arms.items()
+    }
+
+
+def _arm_results(
+    evals: dict[str, EvalResult],
+    activities: dict[str, MechanismActivity | None],
+    setups: dict[str, ArmSetup],
+    section: AblationsStage,
+) -> list[ArmResult]:
+    """Each arm's held-out mean reward, its paired comparison with the baseline (when both finished), the mechanisms
+    it turns on and which of them never acted."""
     baseline = evals.get(section.baseline)
     arms = []
     for arm_name in section.arms:
@@ -107,8 +134,28 @@ def _arm_results(evals: dict[str, EvalResult], section: AblationsStage) -> list[
             )
         summary = result.summary if result else None
         mean, se = (summary.mean_reward.mean, summary.mean_reward.se) if summary else (None, None)
-        arms.append(ArmResult(arm_name, finished=result is not None, comparison=comparison, mean=mean, se=se))
+        activity = activities.get(arm_name)
+        mechanisms = [] if arm_name == section.baseline else arm_mechanisms(setups[arm_name], setups[section.baseline])
+        idle = idle_mechanisms(mechanisms, activity) if result is not None else None
+        arms.append(
+            ArmResult(
+                arm_name,
+                finished=result is not None,
+                comparison=comparison,
+                mean=mean,
+                se=se,
+                activity=activity,
+                mechanisms=tuple(m.name for m in mechanisms),
+                idle=idle,
+            )
+        )
     return arms
+
+
+def _verdict(a: ArmResult) -> str:
+    if a.inert:
+        return "inert"
+    return a.comparison.verdict.value if a.comparison else ("baseline" if a.finished else "failed")
 
 
 def _table(
@@ -123,9 +170,12 @@ def _table(
             "delta": a.comparison.mean_diff if a.comparison else 0.0,
             "ci_low": a.comparison.ci_low if a.comparison else None,
             "ci_high": a.comparison.ci_high if a.comparison else None,
-            "verdict": a.comparison.verdict.value if a.comparison else ("baseline" if a.finished else "failed"),
+            "verdict": _verdict(a),
             "landed": a.name == landed,
             "error": errors.get(a.name),
+            "mechanisms": ", ".join(a.mechanisms) or None,
+            **{name: getattr(a.activity, name) if a.activity else None for name in MechanismActivity.model_fields},
+            "idle": a.idle.reason if a.idle else None,
         }
         for a in arms
     ]

@@ -21,6 +21,8 @@ from flows.config import (
     TransferThresholds,
 )
 from flows.gates import Finding, GateCriterion, GateReport, Op, check
+from flows.mechanisms import Idle
+from trainer.algorithms import MechanismActivity
 
 
 def _worst(stats: Sequence[ToolStats], rate: str) -> tuple[float | None, str]:
@@ -153,21 +155,54 @@ class ArmResult:
     """Against the baseline arm (None for the baseline itself, or for an arm that did not finish)."""
     mean: float | None = None
     se: float | None = None
+    activity: MechanismActivity | None = None
+    """Its mechanisms' activity over its training steps (None: not measured, e.g. a SkyRL job)."""
+    mechanisms: tuple[str, ...] = ()
+    """The mechanisms it turns on relative to the baseline (``flows.mechanisms``)."""
+    idle: Idle | None = None
+    """Those of them that never acted; ``idle.inert`` when none acted."""
+
+    @property
+    def inert(self) -> bool:
+        """None of its mechanisms acted: its score measures nothing, whatever its CI says."""
+        return self.idle is not None and self.idle.inert
 
 
 def landed_arm(arms: Sequence[ArmResult], baseline: str, prior: str) -> tuple[str, str]:
-    """(landed arm, the rule's reason). Rule: among arms whose paired CI vs the baseline lies above 0 (gain), the
-    largest mean gain; with no gain beyond noise, the recipe's landed arm (``prior``) unless it is a loss; failing
-    that, the baseline. Noise alone never moves the landed config away from the published evidence."""
-    gains = [a for a in arms if a.comparison is not None and a.comparison.verdict is Verdict.GAIN]
+    """(landed arm, the rule's reason). Rule: an inert arm (none of its mechanisms acted in training) is never landed,
+    whatever its CI. Among the other arms whose paired CI vs the baseline lies above 0 (gain), the largest mean gain;
+    with no gain beyond noise, the recipe's landed arm (``prior``) unless it is a loss or inert; failing that, the
+    baseline. Noise alone never moves the landed config away from the published evidence, and a comparison of arms
+    that did not act never moves it at all."""
+    inert = [a.name for a in arms if a.inert]
+    skipped = f" (inert, not considered: {', '.join(inert)})" if inert else ""
+    gains = [a for a in arms if not a.inert and a.comparison is not None and a.comparison.verdict is Verdict.GAIN]
     if gains:
         best = max(gains, key=lambda a: a.comparison.mean_diff)  # type: ignore[union-attr]
-        return best.name, f"{best.name} is the largest gain beyond noise over {baseline}"
-    by_name = {a.name: a for a in arms}
-    prior_arm = by_name.get(prior)
+        return best.name, f"{best.name} is the largest gain beyond noise over {baseline}{skipped}"
+    prior_arm = {a.name: a for a in arms}.get(prior)
+    if prior_arm is not None and prior_arm.inert:
+        reason = prior_arm.idle.reason  # type: ignore[union-attr]
+        return baseline, f"no active arm beats {baseline} beyond noise and {prior} is inert ({reason}): keep {baseline}"
     if prior_arm is not None and prior_arm.comparison is not None and prior_arm.comparison.verdict is not Verdict.LOSS:
-        return prior, f"no arm beats {baseline} beyond noise; the recipe's landed arm {prior} is not a loss"
-    return baseline, f"no arm beats {baseline} beyond noise and {prior} is a loss (or did not finish): keep {baseline}"
+        return prior, f"no arm beats {baseline} beyond noise; the recipe's landed arm {prior} is not a loss{skipped}"
+    return (
+        baseline,
+        f"no arm beats {baseline} beyond noise and {prior} is a loss (or did not finish): keep {baseline}{skipped}",
+    )
+
+
+def _arm_findings(a: ArmResult, landed: str) -> list[Finding]:
+    """Its verdict vs the baseline ("inert: …" for an inert arm), and its idle mechanisms when only some acted."""
+    findings = []
+    if a.idle is not None:
+        problem = f"{'inert' if a.idle.inert else 'idle'}: {a.idle.reason}"
+        findings.append(Finding(subject=a.name, problem=problem, advice=a.idle.advice))
+    if a.comparison is not None and not a.inert:
+        c = a.comparison
+        problem = f"{c.verdict.value}: Δ {c.mean_diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}]"
+        findings.append(Finding(subject=a.name, problem=problem, advice="keep" if a.name == landed else "not landed"))
+    return findings
 
 
 def ablations_gate(arms: Sequence[ArmResult], landed: str, reason: str, metrics: dict[str, Any]) -> GateReport:
@@ -176,16 +211,7 @@ def ablations_gate(arms: Sequence[ArmResult], landed: str, reason: str, metrics:
         check("arms finished", finished, Op.EQ, len(arms), ", ".join(a.name for a in arms if not a.finished)),
         check("landed config chosen by the rule", 1.0, Op.EQ, 1.0, f"{landed}: {reason}"),
     ]
-    findings = [
-        Finding(
-            subject=a.name,
-            problem=f"{a.comparison.verdict.value}: Δ {a.comparison.mean_diff:+.3f} "
-            f"[{a.comparison.ci_low:+.3f}, {a.comparison.ci_high:+.3f}]",
-            advice="keep" if a.name == landed else "not landed",
-        )
-        for a in arms
-        if a.comparison is not None
-    ]
+    findings = [finding for a in arms for finding in _arm_findings(a, landed)]
     return GateReport.build(StageName.ABLATIONS, criteria, findings, metrics)
 
 

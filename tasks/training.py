@@ -79,7 +79,7 @@ def loop_config(
 
 
 def step_row(stage: str, label: str, record: StepRecord) -> dict:
-    fields = record.model_dump(exclude={"positions"})
+    fields = record.model_dump(exclude={"positions", "activity"})  # activity stays in history.json: no catalog column
     return {"stage": stage, "run": label} | fields
 
 

@@ -34,7 +34,8 @@ the model reads the message, and the ``ToolCallRecord`` says ``ok=False`` with t
 
 Context nudge (RECIPE): when, after an observation, at most ``context_nudge_threshold`` of the context budget would
 be left, a notice "~N % of the context window remains … give your final answer soon" is appended to that
-observation (training-time harness change; evals run without it).
+observation (training-time harness change; evals run without it); ``Trajectory.nudges`` counts the notices the
+rollout's context holds.
 """
 
 from __future__ import annotations
@@ -152,19 +153,20 @@ def _observation_ids(
     closing: list[int],
     used: int,
     config: HarnessConfig,
-) -> list[int]:
-    """closing + delta of the observations; with the nudge on, a notice on the last one when context runs short."""
+) -> tuple[list[int], bool]:
+    """closing + delta of the observations; with the nudge on, a notice on the last one when context runs short.
+    The flag says whether the notice is in."""
     ids = closing + delta_ids(tokenizer, observations)
     if not config.context_nudge:
-        return ids
+        return ids, False
     left = 1.0 - (used + len(ids)) / config.context_budget_tokens
     if left > config.context_nudge_threshold:
-        return ids
+        return ids, False
     last = {
         **observations[-1],
         "content": observations[-1]["content"] + context_nudge_text(max(0, math.floor(100 * left))),
     }
-    return closing + delta_ids(tokenizer, [*observations[:-1], last])
+    return closing + delta_ids(tokenizer, [*observations[:-1], last]), True
 
 
 @dataclass(frozen=True)
@@ -251,11 +253,12 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
             break  # no turn will read these results: keep the token lists ending at the last sampled turn
         # A turn that stopped on a stop token other than EOS still gets the EOS the template closes turns with.
         closing = ([] if completion.token_ids[-1:] == [eos] else [eos]) + close
-        ids = _observation_ids(tokenizer, observations, closing, len(trajectory.tokens), config)
+        ids, nudged = _observation_ids(tokenizer, observations, closing, len(trajectory.tokens), config)
         if len(trajectory.tokens) + len(ids) >= budget:
             message = f"turn {turn}'s observations ({len(ids)} tokens) leave no room in the {budget}-token budget"
             return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.MODEL, message)
         _append(trajectory, ids)
+        trajectory.nudges += nudged
     _stop(trajectory, StopReason.LENGTH, ErrorClass.MODEL, f"max_turns={config.max_turns} reached without an answer")
 
 

@@ -14,6 +14,7 @@ from flows.config import (
     TransferThresholds,
 )
 from flows.gates import GateFailed, GateReport, Op, check
+from flows.mechanisms import Idle
 from flows.stage_gates import (
     ArmResult,
     DeriskMeasured,
@@ -128,6 +129,48 @@ def test_ablations_gate_fails_when_an_arm_did_not_finish() -> None:
     assert not report.passed and report.failed_criteria()[0].detail == "dppo"
 
 
+INERT_DPPO = Idle("DPPO never acted (dppo_masked_share = 0)", "train off-policy", inert=True)
+
+
+def test_landed_arm_never_lands_an_inert_arm() -> None:
+    def arm(name, verdict, diff, idle=None):
+        return ArmResult(name, True, comparison(diff, diff - 0.05, diff + 0.05, verdict), idle=idle)
+
+    base = ArmResult("baseline", True, None)
+    # the largest gain is inert: the next active gain lands, and the reason says which arm was passed over
+    gains = [base, arm("dppo", Verdict.GAIN, 0.2, INERT_DPPO), arm("prompt_mean", Verdict.GAIN, 0.08)]
+    landed, reason = landed_arm(gains, "baseline", "prior")
+    assert landed == "prompt_mean" and "inert, not considered: dppo" in reason
+    # the only gain is inert, and so is the prior (not a loss, but it measured nothing): keep the baseline
+    only_inert = [base, arm("dppo", Verdict.GAIN, 0.2, INERT_DPPO), arm("prior", Verdict.WITHIN_NOISE, 0.0, INERT_DPPO)]
+    landed, reason = landed_arm(only_inert, "baseline", "prior")
+    assert landed == "baseline"
+    assert reason == (
+        "no active arm beats baseline beyond noise and prior is inert (DPPO never acted (dppo_masked_share = 0)): "
+        "keep baseline"
+    )
+    # an arm with only some mechanisms idle is not inert: its gain still lands
+    partly = Idle("context nudge never acted (nudges_inserted = 0)", "longer tasks", inert=False)
+    assert landed_arm([base, arm("prior", Verdict.GAIN, 0.1, partly)], "baseline", "prior")[0] == "prior"
+
+
+def test_ablations_gate_reports_inert_and_idle_mechanisms() -> None:
+    partly = Idle("context nudge never acted (nudges_inserted = 0)", "longer tasks", inert=False)
+    arms = [
+        ArmResult("baseline", True, None),
+        ArmResult("dppo", True, comparison(0.0, 0.0, 0.0, Verdict.WITHIN_NOISE), idle=INERT_DPPO),
+        ArmResult("prior", True, comparison(0.02, -0.01, 0.05, Verdict.WITHIN_NOISE), idle=partly),
+    ]
+    report = ablations_gate(arms, "prior", "reason", {})
+    assert report.passed  # inert arms are reported, not failed, here
+    problems = {(f.subject, f.problem) for f in report.findings}
+    assert problems == {
+        ("dppo", "inert: DPPO never acted (dppo_masked_share = 0)"),  # no "within noise" for an inert arm
+        ("prior", "idle: context nudge never acted (nudges_inserted = 0)"),
+        ("prior", "within_noise: Δ +0.020 [-0.010, +0.050]"),
+    }
+
+
 def test_hero_gate_wants_the_ci_above_zero() -> None:
     assert hero_gate(comparison(0.07, 0.01, 0.13, Verdict.GAIN), 30, HeroThresholds(), {}).passed
     assert not hero_gate(comparison(0.05, -0.01, 0.11, Verdict.WITHIN_NOISE), 30, HeroThresholds(), {}).passed
@@ -149,3 +192,21 @@ def test_gate_failed_pickles_with_its_report() -> None:
     error = pickle.loads(pickle.dumps(GateFailed(report.model_dump_json())))
     assert error.report == report and "gain 0.05 (needs >= 0.1)" in str(error)
     assert "| gain | 0.05 | >= 0.1 | **FAIL** |" in report.markdown()
+
+
+def test_derisk_names_each_task_whose_oracle_fails() -> None:
+    failures = [("ib-1-toy-0003", "graded 0")]
+    measured = DeriskMeasured(35, 36, 40, 0.0, [stats("sheets_read_cell")], 16, oracle_failures=failures)
+    report = derisk_gate(measured, DeriskThresholds(), subset_size=2)
+    assert [c.name for c in report.failed_criteria()] == ["oracle pass rate"]
+    [finding] = report.findings
+    assert finding.subject == "ib-1-toy-0003" and "graded 0" in finding.problem and "oracle" in finding.advice
+
+
+def test_tito_misalignments_are_a_harness_finding() -> None:
+    examples = ["sampled: g#0 turn 2: the span is not what the engine returned"]
+    report = tito_gate(3, 4, 0.1, TitoThresholds(), examples)
+    assert not report.passed
+    harness = next(f for f in report.findings if f.subject == "harness")
+    assert harness.problem.startswith("3 turns hold other tokens") and examples[0] in harness.problem
+    assert "rendered text" in harness.advice

@@ -6,6 +6,9 @@ import pytest
 
 from envs.types import AnswerEquals, Domain, Split, TaskSpec, Tier, ToolCallRecord, Trajectory, TurnSpan
 from tasks.catalog import Catalog
+from tasks.training import step_row
+from trainer.algorithms import MechanismActivity
+from trainer.loops import StepRecord
 
 
 def trajectory(task_id: str, reward: float) -> Trajectory:
@@ -39,3 +42,13 @@ def test_trajectories_round_trip_with_turns_and_calls(tmp_path: Path) -> None:
 def test_unknown_columns_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"gates has no columns \['typo'\]"):
         Catalog(tmp_path / "c.duckdb").append("gates", [{"stage": "x", "typo": 1}])
+
+
+def test_a_step_record_with_its_mechanism_activity_fits_the_train_steps_table(tmp_path: Path) -> None:
+    record = StepRecord(
+        step=1, wall_s=1.0, reward_mean=0.5, pass_rate=0.5, trajectories=4, groups_dropped=0, trained=True,
+        activity=MechanismActivity(nudges_inserted=2),
+    )  # fmt: skip
+    catalog = Catalog(tmp_path / "c.duckdb")
+    catalog.replace_step(step_row("ablations", "dppo", record))  # the activity stays in history.json
+    assert catalog.query("SELECT run, step, trained FROM train_steps") == [{"run": "dppo", "step": 1, "trained": True}]

@@ -17,6 +17,12 @@ from envs.lazy import lazy_exports
 __getattr__, __all__ = lazy_exports(
     __name__,
     {
+        "trainer.algorithms.activity": [
+            "MechanismActivity",
+            "length_penalty_mean",
+            "overlong_dropped_share",
+            "weights_vs_token_mean",
+        ],
         "trainer.algorithms.advantages": [
             "ADVANTAGE_ESTIMATORS",
             "broadcast_to_tokens",

@@ -182,8 +182,10 @@ def policy_loss(
     replaced by zeros before any arithmetic, so their values reach neither the loss nor the gradient.
 
     Metrics: the fraction of loss tokens under each flag (e.g. ``dppo_masked``, ``ppo_clipped``, ``tis_capped``),
-    ``logprob_abs_diff`` = mean |log π − log μ| (the recipe's train–inference health check, < 0.03) and
-    ``loss_tokens``, the count to weight per-micro-batch metrics by.
+    ``logprob_abs_diff`` = mean |log π − log μ| (the recipe's train–inference health check, < 0.03),
+    ``ratio_abs_dev`` = mean |π/μ − 1| with π/μ = exp(log π − log μ) (log ratio clamped to ±20: how far off-policy
+    the tokens are, what DPPO's mask and TIS act on) and ``loss_tokens``, the count to weight per-micro-batch metrics
+    by.
     """
     tensors = {"rollout_logprobs_BT": rollout_logprobs_BT, "advantages_BT": advantages_BT}
     tensors |= {"loss_mask_BT": loss_mask_BT, "weights_BT": weights_BT}
@@ -221,5 +223,7 @@ def policy_loss(
             for name, flag_BT in (terms.flags_BT | correction_flags_BT).items()
         }
         metrics["logprob_abs_diff"] = float((inputs.logprobs_BT - inputs.rollout_logprobs_BT).abs().sum()) / denominator
+        ratio_BT = _ratio(inputs.logprobs_BT, inputs.rollout_logprobs_BT)
+        metrics["ratio_abs_dev"] = float(masked((ratio_BT - 1).abs()).sum()) / denominator
         metrics["loss_tokens"] = float(loss_tokens)
     return loss, metrics

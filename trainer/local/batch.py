@@ -13,7 +13,10 @@ in this order (shared/RECIPE.md, "Filters and shaping"):
 5. token weights of the configured aggregation over the WHOLE mini-batch (``token_weights``), so any split into
    micro-batches sums to the same loss and gradient.
 
-Tensors are right-padded to the longest trajectory (T); ``lengths_B`` holds the true lengths.
+Tensors are right-padded to the longest trajectory (T); ``lengths_B`` holds the true lengths. ``stats`` records what
+the steps did, among it the activity of the switchable mechanisms (``trainer.algorithms.activity``): the mean length
+penalty, the share of kept trajectories the overlong filter masked, how far the token weights are from token_mean's,
+and the context nudges the input trajectories carry.
 
 ``micro_batches(token_budget, layout)`` bins the rows by first-fit decreasing: rows sorted by length (longest
 first, ties by index) each go into the first micro-batch whose cost stays within the budget, else open a new one.
@@ -35,8 +38,11 @@ from trainer.algorithms import (
     adaptive_length_penalty,
     broadcast_to_tokens,
     compute_advantages,
+    length_penalty_mean,
+    overlong_dropped_share,
     overlong_filter,
     token_weights,
+    weights_vs_token_mean,
     zero_variance_filter,
 )
 from trainer.algorithms.registry import Registry
@@ -49,7 +55,8 @@ class EmptyBatchError(ValueError):
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What filtering did; ``reward_mean`` is over every input trajectory, raw (the policy's score this step)."""
+    """What shaping and filtering did; ``reward_mean`` is over every input trajectory, raw (the policy's score this
+    step)."""
 
     trajectories_in: int
     groups_in: int
@@ -57,6 +64,19 @@ class BatchStats:
     overlong_masked: int
     """Kept trajectories whose loss mask the overlong filter zeroed."""
     reward_mean: float
+    trajectories_kept: int = 0
+    """Trajectories left after the zero-variance filter (the batch's B)."""
+    length_penalty_mean: float = 0.0
+    """Mean adaptive length penalty subtracted per input trajectory (``activity.length_penalty_mean``)."""
+    weights_vs_token_mean: float = 0.0
+    """TV distance of the aggregation's token weights from token_mean's (``activity.weights_vs_token_mean``)."""
+    nudges_inserted: int = 0
+    """Context notices in the input trajectories (Σ ``Trajectory.nudges``)."""
+
+    @property
+    def overlong_dropped_share(self) -> float:
+        """The share of kept trajectories the overlong filter masked (``activity.overlong_dropped_share``)."""
+        return overlong_dropped_share(self.overlong_masked, self.trajectories_kept)
 
 
 @dataclass(frozen=True)
@@ -96,7 +116,7 @@ class TrainBatch:
         group_ids_B = [t.group_id for t in trajectories]
         assistant_B = torch.tensor([sum(t.loss_mask) for t in trajectories])
         env_B = torch.tensor([len(t.tokens) - t.prompt_len for t in trajectories]) - assistant_B
-        rewards_B = raw_rewards_B - adaptive_length_penalty(
+        penalty_B = adaptive_length_penalty(
             raw_rewards_B,
             group_ids_B,
             assistant_B,
@@ -105,6 +125,7 @@ class TrainBatch:
             env_coef=config.alp_env_coef,
             solve_threshold=config.alp_solve_threshold,
         )
+        rewards_B = raw_rewards_B - penalty_B
         kept_groups = set(zero_variance_filter(rewards_B, group_ids_B, config.zero_variance_tol))
         rows = [i for i, group_id in enumerate(group_ids_B) if group_id in kept_groups]
         groups_in = len(set(group_ids_B))
@@ -127,13 +148,14 @@ class TrainBatch:
             loss_mask_BT = overlong_filter(loss_mask_BT, stop_reasons_B)
 
         advantages_B = compute_advantages(kept_rewards_B, kept_group_ids_B, config)
+        weights_BT = token_weights(loss_mask_BT, kept_group_ids_B, config.aggregation, config.token_sum_norm_len)
         return cls(
             tokens_BT=tokens_BT,
             lengths_B=lengths_B,
             loss_mask_BT=loss_mask_BT,
             rollout_logprobs_BT=rollout_logprobs_BT * loss_mask_BT,
             advantages_BT=broadcast_to_tokens(advantages_B, loss_mask_BT),
-            weights_BT=token_weights(loss_mask_BT, kept_group_ids_B, config.aggregation, config.token_sum_norm_len),
+            weights_BT=weights_BT,
             rewards_B=kept_rewards_B,
             group_ids_B=kept_group_ids_B,
             stats=BatchStats(
@@ -142,6 +164,10 @@ class TrainBatch:
                 groups_dropped=groups_in - len(kept_groups),
                 overlong_masked=sum(reason != "stop" for reason in stop_reasons_B) if config.overlong_filter else 0,
                 reward_mean=float(raw_rewards_B.mean()),
+                trajectories_kept=len(kept),
+                length_penalty_mean=length_penalty_mean(penalty_B),
+                weights_vs_token_mean=weights_vs_token_mean(weights_BT, loss_mask_BT),
+                nudges_inserted=sum(t.nudges for t in trajectories),
             ),
         )
 

@@ -33,9 +33,9 @@ from torch import Tensor
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import PreTrainedModel
 
-from trainer.algorithms import policy_loss
+from trainer.algorithms import MechanismActivity, policy_loss
 from trainer.algorithms.registry import Registry
-from trainer.local.batch import TrainBatch
+from trainer.local.batch import BatchStats, TrainBatch
 from trainer.local.config import LRSchedule, TrainerConfig
 from trainer.local.logprobs import token_stats
 
@@ -83,6 +83,9 @@ class StepMetrics(BaseModel):
     logprob_abs_diff_mean: float
     """Mean |log π − log μ| (train vs rollout); the recipe's health check wants < 0.03."""
     logprob_abs_diff_max: float
+    activity: MechanismActivity = MechanismActivity()
+    """The switchable mechanisms' activity this step (nudges, DPPO mask and |π/μ − 1|, overlong filter, length
+    penalty, aggregation vs token_mean); see ``trainer.algorithms.activity``."""
     reward_mean: float
     """Mean raw reward over every trajectory handed in."""
     trajectories: int
@@ -100,10 +103,12 @@ class StepMetrics(BaseModel):
 
     def flat(self) -> dict[str, float]:
         """One level of ``name -> number`` for logging; token shares become ``share/<flag>``."""
-        values = self.model_dump(exclude={"token_shares"})
-        return {name: float(value) for name, value in values.items()} | {
-            f"share/{flag}": share for flag, share in self.token_shares.items()
-        }
+        values = self.model_dump(exclude={"token_shares", "activity"})
+        return (
+            {name: float(value) for name, value in values.items()}
+            | {f"share/{flag}": share for flag, share in self.token_shares.items()}
+            | {f"activity/{name}": float(value) for name, value in self.activity.model_dump().items()}
+        )
 
 
 def _elapsed(tick: float, device: torch.device) -> float:
@@ -111,6 +116,18 @@ def _elapsed(tick: float, device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - tick
+
+
+def _activity(stats: BatchStats, ratio_abs_dev: float, dppo_masked: float) -> MechanismActivity:
+    """The step's mechanism activity: what the batch's shaping and filters did, the loss's DPPO mask and |π/μ − 1|."""
+    return MechanismActivity(
+        nudges_inserted=stats.nudges_inserted,
+        dppo_masked_share=dppo_masked,
+        ratio_abs_dev_mean=ratio_abs_dev,
+        overlong_dropped_share=stats.overlong_dropped_share,
+        length_penalty_mean=stats.length_penalty_mean,
+        weights_vs_token_mean=stats.weights_vs_token_mean,
+    )
 
 
 def seed_everything(seed: int) -> None:
@@ -190,6 +207,7 @@ class LocalTrainer:
 
         loss_tokens = int(sums.pop("loss_tokens"))
         per_token = {name: value / max(loss_tokens, 1) for name, value in sums.items() if name != "loss"}
+        activity = _activity(batch.stats, per_token.pop("ratio_abs_dev"), per_token.get("dppo_masked", 0.0))
         return StepMetrics(
             step=self.step,
             lr=lr,
@@ -199,6 +217,7 @@ class LocalTrainer:
             logprob_abs_diff_mean=per_token.pop("logprob_abs_diff"),
             logprob_abs_diff_max=max_abs_diff,
             token_shares=per_token,
+            activity=activity,
             reward_mean=batch.stats.reward_mean,
             trajectories=batch.tokens_BT.shape[0],
             groups_dropped=batch.stats.groups_dropped,

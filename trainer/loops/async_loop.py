@@ -291,6 +291,7 @@ class _Choreography:
             tokens_per_s=generated_tokens(finished) / max(wall_s - last_wall, 1e-9),
             loss=metrics.loss,
             logprob_abs_diff_mean=metrics.logprob_abs_diff_mean,
+            activity=metrics.activity,
             positions=batch.positions,
         )
         return record, finished

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.errors import RecipeError
 from envs.files import atomic_write_text
+from trainer.algorithms.activity import MechanismActivity
 
 HISTORY_FILE = "history.json"
 
@@ -49,6 +50,9 @@ class StepRecord(BaseModel):
     """Stream positions of the groups this step used (the cursor trail)."""
     eval_reward: float | None = None
     eval_pass_rate: float | None = None
+    activity: MechanismActivity | None = None
+    """What the switchable mechanisms did in the step's optimizer step (``trainer.algorithms.activity``); None when
+    the step trained nothing, and in histories written before it was recorded."""
 
 
 class ResumeError(RecipeError):
@@ -66,6 +70,10 @@ class LoopHistory(BaseModel):
     @property
     def wall_s(self) -> float:
         return self.steps[-1].wall_s if self.steps else 0.0
+
+    def activity(self) -> MechanismActivity | None:
+        """The run's mechanism activity over the steps that recorded one (``MechanismActivity.over_steps``)."""
+        return MechanismActivity.over_steps([r.activity for r in self.steps if r.activity is not None])
 
     def save(self, out_dir: Path) -> None:
         atomic_write_text(out_dir / HISTORY_FILE, self.model_dump_json(indent=1))  # fsynced, then renamed

@@ -171,3 +171,4 @@ async def _train(
     record.groups_dropped = batch.stats.groups_dropped + len(record.positions) - batch.stats.groups_in
     record.loss = metrics.loss
     record.logprob_abs_diff_mean = metrics.logprob_abs_diff_mean
+    record.activity = metrics.activity

@@ -211,6 +211,7 @@ def test_context_nudge_when_budget_runs_short(scripted, tokenizer, world):
         config.model_copy(update={"context_budget_tokens": 4000}),
     )
     assert not NUDGE.search(text(tokenizer, plain)) and not NUDGE.search(text(tokenizer, roomy))
+    assert (nudged.nudges, plain.nudges, roomy.nudges) == (1, 0, 0)  # the trajectory records each notice it holds
 
 
 def test_run_group_runs_samples_concurrently_with_own_envs(scripted, tokenizer, world, tmp_path):

@@ -133,7 +133,16 @@ def test_hero_loss_end_to_end_with_prompt_mean():
     loss, grad, metrics = loss_and_grad(AlgorithmConfig(), logprobs, logprobs, advantages, mask=mask, weights=weights)
     assert loss == pytest.approx(0.5)
     torch.testing.assert_close(grad, torch.tensor([[-0.25, -0.25], [1.0, 0.0]], dtype=F64))
-    assert metrics == {"dppo_masked": 0.0, "logprob_abs_diff": 0.0, "loss_tokens": 3.0}
+    assert metrics == {"dppo_masked": 0.0, "logprob_abs_diff": 0.0, "ratio_abs_dev": 0.0, "loss_tokens": 3.0}
+
+
+def test_ratio_abs_dev_is_the_mean_distance_of_pi_over_mu_from_1_over_loss_tokens():
+    # π/μ = 0.5/0.25 = 2 and 0.2/0.4 = 0.5 on the loss tokens: (|2 − 1| + |0.5 − 1|) / 2 = 0.75; the third token is
+    # outside the mask (π/μ = 9 there would count 8)
+    logprobs, rollout = log_row(0.5, 0.2, 0.9), log_row(0.25, 0.4, 0.1)
+    mask = torch.tensor([[True, True, False]])
+    _, _, metrics = loss_and_grad(AlgorithmConfig(policy_loss="glm5"), logprobs, rollout, row(1, 1, 1), mask=mask)
+    assert metrics["ratio_abs_dev"] == pytest.approx(0.75)
 
 
 def test_token_tis_caps_each_token():

@@ -97,6 +97,14 @@ def test_batch_drops_zero_variance_groups_and_weights_prompt_mean_by_hand():
     assert batch.stats.groups_in == 3
     assert batch.stats.groups_dropped == 1
     assert batch.stats.reward_mean == pytest.approx(3 / 7)
+    assert batch.stats.trajectories_kept == 5
+    # token_mean gives each of the 15 loss tokens 1/15; TV = ½ (6·|1/12 − 1/15| + 9·|1/18 − 1/15|) = ½ (1/10 + 1/10)
+    assert batch.stats.weights_vs_token_mean == pytest.approx(1 / 10)
+    assert (batch.stats.length_penalty_mean, batch.stats.overlong_dropped_share, batch.stats.nudges_inserted) == (
+        0,
+        0,
+        0,
+    )
 
 
 def test_overlong_filter_masks_truncated_trajectories_but_keeps_their_advantage_baseline():
@@ -110,6 +118,7 @@ def test_overlong_filter_masks_truncated_trajectories_but_keeps_their_advantage_
     assert off.loss_mask_BT.sum(1).tolist() == [2, 4, 3]
     assert on.loss_mask_BT.sum(1).tolist() == [2, 0, 0]
     assert on.stats.overlong_masked == 2
+    assert (on.stats.overlong_dropped_share, off.stats.overlong_dropped_share) == (pytest.approx(2 / 3), 0.0)
     # the baseline still uses every reward: A_0 = 1 − 1/3; only sequence 0 carries loss, w = 1/(1·2)
     assert torch.allclose(on.advantages_BT[0, 4:6], torch.tensor([2 / 3, 2 / 3]))
     assert on.weights_BT[0, 4:6].tolist() == [0.5, 0.5]
@@ -123,6 +132,7 @@ def test_adaptive_length_penalty_shapes_rewards_before_the_zero_variance_filter(
     # solve rate 0 → floor 1/K = 1/2; penalty = 0.5 · 0.01 · assistant tokens (2 and 4)
     batch = TrainBatch.from_trajectories(trajectories, AlgorithmConfig(alp_assistant_coef=0.01))
     assert torch.allclose(batch.rewards_B, torch.tensor([0.49, 0.48]))
+    assert batch.stats.length_penalty_mean == pytest.approx(0.015)  # (0.01 + 0.02) / 2
     assert batch.stats.reward_mean == pytest.approx(0.5)
 
 
@@ -155,3 +165,10 @@ def test_micro_batches_cover_the_batch_within_budget():
             assert mb.length == max(lengths)
             assert mb.take(batch.tokens_BT).shape == (len(lengths), max(lengths))
     assert [mb.rows_S.tolist() for mb in batch.micro_batches(40)] == [[0, 3], [2, 1], [4, 5]]
+
+
+def test_the_nudges_the_input_trajectories_carry_are_counted():
+    nudged = [trajectory("a", 6, 1.0).model_copy(update={"nudges": 2}), trajectory("a", 7, 0.0)]
+    nudged.append(trajectory("b", 6, 0.5).model_copy(update={"nudges": 1}))  # its group is dropped, its nudge counted
+    nudged.append(trajectory("b", 6, 0.5))
+    assert TrainBatch.from_trajectories(nudged, AlgorithmConfig()).stats.nudges_inserted == 3

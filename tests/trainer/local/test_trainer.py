@@ -95,6 +95,9 @@ def test_metrics_are_present_and_finite(model, make_trajectories, policy_loss, f
         "backward_s",
         "optimizer_s",
         f"share/{flag}",
+        "activity/dppo_masked_share",
+        "activity/ratio_abs_dev_mean",
+        "activity/weights_vs_token_mean",
     }
     assert metrics.step == 1
     assert metrics.lr == pytest.approx(0.5e-3)  # first of two warm-up steps
@@ -105,6 +108,8 @@ def test_metrics_are_present_and_finite(model, make_trajectories, policy_loss, f
     # on-policy: no train–inference mismatch, nothing masked or clipped; an untrained model is near uniform
     assert metrics.logprob_abs_diff_max < 1e-5
     assert metrics.token_shares[flag] == 0
+    assert metrics.activity.dppo_masked_share == 0 and metrics.activity.ratio_abs_dev_mean < 1e-5
+    assert metrics.activity.weights_vs_token_mean == batch.stats.weights_vs_token_mean > 0  # prompt_mean, uneven groups
     assert metrics.entropy == pytest.approx(math.log(300), abs=0.1)
     assert metrics.grad_norm > 0 and metrics.tokens_per_s > 0 and metrics.forward_s > 0
 

@@ -94,6 +94,7 @@ def test_sync_loop_trains_pushes_and_checkpoints(env, policy_dir, tmp_path):
     assert all(r.trained and r.trajectories == 4 and r.reward_mean == 0.5 for r in history.steps)
     assert all(r.generate_s > 0 and r.train_s > 0 and r.sync_s > 0 for r in history.steps)
     assert [r.positions for r in history.steps] == [[0, 1], [2, 3]]
+    assert all(r.activity is not None for r in history.steps) and history.activity() is not None
     assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000002"
     assert (tmp_path / "history.json").is_file()
     assert_carries_the_harness(tmp_path)

@@ -1,0 +1,38 @@
+"""The ablation stage's table (ablations.json, the explorer's stage table): activity columns, the inert verdict."""
+
+from evals.types import Comparison, ComparisonMethod, Metric, Verdict
+from flows.ablations import _arm_setups, _table
+from flows.config import AblationsStage
+from flows.mechanisms import Idle
+from flows.stage_gates import ArmResult
+from trainer.algorithms import AlgorithmConfig, MechanismActivity
+
+
+def noise() -> Comparison:
+    return Comparison(
+        metric=Metric.MEAN_REWARD, method=ComparisonMethod.PAIRED_BOOTSTRAP, baseline_mean=0.5, candidate_mean=0.5,
+        mean_diff=0.0, ci_low=0.0, ci_high=0.0, confidence=0.95, verdict=Verdict.WITHIN_NOISE, n_tasks=10,
+    )  # fmt: skip
+
+
+def test_rows_carry_each_arms_activity_and_an_inert_arm_reads_inert() -> None:
+    inert = Idle("DPPO never acted (dppo_masked_share = 0)", "train off-policy", inert=True)
+    arms = [
+        ArmResult("baseline", True, None, 0.5, 0.01, activity=MechanismActivity(ratio_abs_dev_mean=0.01)),
+        ArmResult("dppo", True, noise(), 0.5, 0.01, MechanismActivity(ratio_abs_dev_mean=0.01), ("DPPO",), inert),
+        ArmResult("prompt_mean", False, None),
+    ]
+    base, dppo, failed = _table(arms, {}, {"prompt_mean": "RuntimeError: boom"}, "baseline")
+    assert (base["verdict"], dppo["verdict"], failed["verdict"]) == ("baseline", "inert", "failed")
+    assert dppo["mechanisms"] == "DPPO" and dppo["idle"] == "DPPO never acted (dppo_masked_share = 0)"
+    assert (dppo["dppo_masked_share"], dppo["ratio_abs_dev_mean"], dppo["nudges_inserted"]) == (0.0, 0.01, 0)
+    assert set(MechanismActivity.model_fields) <= set(failed) and failed["weights_vs_token_mean"] is None
+    assert all(
+        isinstance(v, str | int | float | bool) or v is None for row in (base, dppo, failed) for v in row.values()
+    )
+
+
+def test_arm_setups_are_the_profiles_algorithm_with_the_arms_changes() -> None:
+    setups = _arm_setups(AlgorithmConfig(zero_variance_tol=0.5), AblationsStage())
+    assert setups["baseline"].algorithm.policy_loss == "glm5" and setups["baseline"].algorithm.zero_variance_tol == 0.5
+    assert setups["plus_overlong_filter"].algorithm.overlong_filter and setups["plus_overlong_filter"].context_nudge
