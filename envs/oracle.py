@@ -68,6 +68,21 @@ def run_oracle(oracle: Oracle, call_tool: ToolCaller) -> OracleRun:
     return run
 
 
+MIS_AUTHORED_ANSWER = "-987654.321"
+"""What a mis-authored oracle answers (``with_wrong_oracle``): a number no task of the generator expects."""
+
+
+def with_wrong_oracle(tasks: list[TaskSpec]) -> tuple[list[TaskSpec], str]:
+    """``tasks`` with the first one whose oracle states an answer answering ``MIS_AUTHORED_ANSWER`` instead, and that
+    task's id: the gate matrix's "task whose oracle is wrong" (``Defect.WRONG_ORACLE``). The task's tool calls are
+    unchanged, so only its answer is wrong, as when an author's expected value and script disagree."""
+    for index, task in enumerate(tasks):
+        if task.oracle is not None and task.oracle.answer is not None:
+            wrong = task.model_copy(update={"oracle": task.oracle.model_copy(update={"answer": MIS_AUTHORED_ANSWER})})
+            return [*tasks[:index], wrong, *tasks[index + 1 :]], task.task_id
+    raise OracleError("no task with an oracle answer to mis-author")
+
+
 def require_oracle(task: TaskSpec) -> Oracle:
     if task.oracle is None:
         raise OracleError(f"task {task.task_id} has no oracle")

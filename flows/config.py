@@ -526,6 +526,33 @@ class StagesSection(_Section):
 # --- the whole config ------------------------------------------------------------------------------------------------
 
 
+class Defect(StrEnum):
+    """Deliberate defects, each the failure one stage's gate exists to catch (``make gate-matrix`` runs them all).
+
+    A profile lists them under ``defects`` (``--set 'defects=[wrong_oracle]'``); a healthy run lists none. Each is
+    applied where the real failure would arise, and the stage's gate must fail on it with a finding naming the cause.
+    """
+
+    WRONG_ORACLE = "wrong_oracle"
+    """De-risk: one checked task's oracle answers a wrong value (as a task whose expected answer was mis-authored)."""
+    RETOKENIZING_HARNESS = "retokenizing_harness"
+    """TITO: the harness re-renders the conversation as text and re-tokenises it, prompts and completions both."""
+    PERTURBED_ENGINE_WEIGHTS = "perturbed_engine_weights"
+    """Systems: the engine serves weights other than the trainer's (the policy's, with relative noise added)."""
+
+    @property
+    def stage(self) -> StageName:
+        """The stage whose gate must fail on this defect."""
+        return DEFECT_STAGES[self]
+
+
+DEFECT_STAGES = {
+    Defect.WRONG_ORACLE: StageName.DERISK,
+    Defect.RETOKENIZING_HARNESS: StageName.TITO,
+    Defect.PERTURBED_ENGINE_WEIGHTS: StageName.SYSTEMS,
+}
+
+
 class RecipeConfig(_Section):
     """One pipeline run's config; every stage reads its own section and the shared ones."""
 
@@ -550,6 +577,8 @@ class RecipeConfig(_Section):
     stages: StagesSection = StagesSection()
     faults: FaultPlan = FaultPlan()
     """Injected infra faults (``envs.faults``; off at rate 0): ``--set faults.rate=0.1`` for a chaos run."""
+    defects: tuple[Defect, ...] = ()
+    """Deliberate defects for the gate matrix (``Defect``); none in a real run."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RecipeConfig:

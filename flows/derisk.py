@@ -25,10 +25,12 @@ from prefect import flow
 
 from envs.build import load_tasks
 from envs.files import atomic_write_json
-from flows.config import StageName
+from envs.oracle import with_wrong_oracle
+from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import DeriskMeasured, derisk_gate
 from tasks import derisk as work
+from tasks.artifacts import log
 from tasks.context import RolloutJob
 from tasks.environment import prepare_environment, prepare_policy
 from tasks.plots import bar_chart
@@ -53,6 +55,9 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         settings = stage.policy_settings(policy)
         train, _ = stage.task_sets(settings)
         checked = [t for t in everything if section.oracle_worlds is None or t.world_id in section.oracle_worlds]
+        if Defect.WRONG_ORACLE in config.defects:
+            checked, task_id = with_wrong_oracle(checked)
+            log("defect %s: the oracle of %s answers a wrong value", Defect.WRONG_ORACLE.value, task_id)
 
         with stage.timed("oracles"):
             oracle = work.check_environment_task(
@@ -97,6 +102,7 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
     return DeriskMeasured(
         oracle_solved=oracle["solved"],
         oracle_tasks=oracle["tasks"],
+        oracle_failures=[(row["task_id"], row["error"]) for row in oracle["failed"]],
         rollouts=errors["rollouts"],
         infra_rate=errors["infra_rate"] or 0.0,
         tool_stats=stats,

@@ -43,12 +43,19 @@ class DeriskMeasured:
     infra_rate: float
     tool_stats: list[ToolStats]
     tasks_with_variance: int
+    oracle_failures: list[tuple[str, str]] = field(default_factory=list)
+    """(task id, error) of each oracle that did not solve its task."""
     metrics: dict[str, Any] = field(default_factory=dict)
+
+
+ORACLE_ADVICE = "fix the task's oracle script or its expected answer (or drop the task) before training on it"
+MAX_ORACLE_FINDINGS = 10
 
 
 def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> GateReport:
     """Oracle ≥ threshold, infra ≤ threshold, no tool past its failure / empty / timeout threshold, and enough tasks
-    with reward variance for the overfit subset. Every tool past a threshold becomes a finding with its advice."""
+    with reward variance for the overfit subset. Every tool past a threshold, and each oracle that failed its task (the
+    first ``MAX_ORACLE_FINDINGS``), becomes a finding with its advice."""
     failure, failing_tool = _worst(m.tool_stats, "failure_rate")
     empty, empty_tool = _worst(m.tool_stats, "empty_rate")
     timeout, slow_tool = _worst(m.tool_stats, "timeout_rate")
@@ -68,6 +75,10 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
         min_oracle_pass_rate=t.min_oracle_pass_rate,
     )
     findings = [
+        Finding(subject=task_id, problem=f"the oracle does not solve its task: {error}", advice=ORACLE_ADVICE)
+        for task_id, error in m.oracle_failures[:MAX_ORACLE_FINDINGS]
+    ]
+    findings += [
         Finding(subject=f.tool, problem=f.problem, advice=f.advice, rate=f.rate)
         for f in tool_findings(m.tool_stats, thresholds)
     ]
@@ -85,6 +96,16 @@ def tito_gate(
         check("rollouts with ≥ 2 tool calls checked", multi_call_rollouts, Op.GE, t.min_multi_call_rollouts),
     ]
     findings = []
+    if misalignments > 0:
+        first = f"; first: {examples[0]}" if examples else ""
+        findings.append(
+            Finding(
+                subject="harness",
+                problem=f"{misalignments} turns hold other tokens than crossed the wire{first}",
+                advice="build every prompt from the token ids so far and keep the sampled ids as returned; "
+                "never rebuild the history from rendered text",
+            )
+        )
     if drift_rate > 0:
         findings.append(
             Finding(

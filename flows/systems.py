@@ -23,16 +23,20 @@ from prefect import flow
 from envs.files import atomic_write_json
 from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
-from flows.config import StageName, SystemsStage
+from flows.config import Defect, StageName, SystemsStage
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import SystemsMeasured, systems_gate
-from tasks.artifacts import publish_table
+from tasks.artifacts import log, publish_table
 from tasks.plots import bar_chart
 from tasks.systems import Knobs, TrialMetrics, one_factor_trials, plan, sweep_trial
 from tasks.training import LoopKind, loop_config
 from tasks.validation import Suite
 from trainer.loops import AsyncLoopConfig
 from trainer.sizing import LocalPlan
+
+PERTURBED_WEIGHT_NOISE = 0.05
+"""The ``perturbed_engine_weights`` defect's noise, relative to each tensor's std: small enough that the engine still
+writes tool calls, large enough that its logprobs leave the 0.03 mismatch bar."""
 
 
 @flow(name="systems", log_prints=True)
@@ -97,6 +101,9 @@ def _trial_loop(stage: StageRun, settings: PolicyHarness, tasks: list[TaskSpec])
         max_staleness=config.rollout.max_staleness,
     )
     assert isinstance(loop, AsyncLoopConfig)
+    if Defect.PERTURBED_ENGINE_WEIGHTS in config.defects:
+        log("defect %s: the engine serves the policy plus noise", Defect.PERTURBED_ENGINE_WEIGHTS.value)
+        return loop.model_copy(update={"engine_weight_noise": PERTURBED_WEIGHT_NOISE})
     return loop
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from prefect import flow
 
 from envs.oracle import require_oracle
-from flows.config import StageName
+from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import tito_gate
 from tasks.context import RolloutJob
@@ -43,7 +43,7 @@ def tito(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         with stage.timed("rollouts"):
             engine = stage.engine_settings(settings.harness.context_budget_tokens)
             job = RolloutJob(Path(stage.policy()), chosen, settings, engine, section.samples, config.seed)
-            report = tito_rollouts(stage.scope, job)
+            report = tito_rollouts(stage.scope, job, retokenize=Defect.RETOKENIZING_HARNESS in config.defects)
         stage.validate(Suite.TRAJECTORIES)
         gate = tito_gate(
             report.total_misalignments,

@@ -43,7 +43,7 @@ KNOWN_GOOD = (ORACLE, PROBE)
 def check_environment_task(
     scope: StageScope, tasks: Sequence[TaskSpec], transport: OracleTransport, variants: Sequence[BadVariant]
 ) -> dict[str, Any]:
-    """Run every oracle and probe; record them; return solved / total."""
+    """Run every oracle and probe; record them; return solved / total and each failed oracle's task and error."""
     by_id = {t.task_id: t for t in tasks}
     with ProgressArtifact(scope.folder, "oracle-progress", total=len(tasks)) as progress:
         checked = check_environment(
@@ -72,7 +72,10 @@ def check_environment_task(
     scope.catalog.append("tool_calls", calls)
     solved = sum(r.passed for r in checked.oracles)
     log("oracle solved %d/%d; %d probe calls", solved, len(checked.oracles), len(checked.probes))
-    return {"solved": solved, "tasks": len(checked.oracles), "probes": len(checked.probes)}
+    failed = [
+        {"task_id": r.task_id, "error": r.error or f"graded {r.score:g}"} for r in checked.oracles if not r.passed
+    ]
+    return {"solved": solved, "tasks": len(checked.oracles), "probes": len(checked.probes), "failed": failed}
 
 
 async def _rollouts(

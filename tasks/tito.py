@@ -25,11 +25,11 @@ from envs.rollout import local_envs
 from envs.types import ErrorClass, Trajectory
 from tasks.context import RolloutJob, StageScope
 from tasks.engine import Endpoint, policy_endpoint
-from trainer.tito import RecordingEngine, TitoReport, check_tito
+from trainer.tito import RecordingEngine, RetokenizingEngine, TitoReport, check_tito
 
 
 async def _record(
-    endpoint: Endpoint, job: RolloutJob, worlds_root: Path, faults: FaultPlan | None
+    endpoint: Endpoint, job: RolloutJob, worlds_root: Path, faults: FaultPlan | None, retokenize: bool
 ) -> tuple[list[Trajectory], RecordingEngine]:
     from transformers import AutoTokenizer
 
@@ -38,7 +38,8 @@ async def _record(
     async with CompletionsClient(
         endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s, faults=injector
     ) as client:
-        engine = RecordingEngine(client)
+        recorder = RecordingEngine(client)
+        engine = RetokenizingEngine(recorder, tokenizer) if retokenize else recorder
         groups = await asyncio.gather(
             *(
                 run_group(
@@ -51,17 +52,18 @@ async def _record(
                 for index, task in enumerate(job.tasks)
             )
         )
-    return [t for group in groups for t in group], engine
+    return [t for group in groups for t in group], recorder
 
 
 @task(name="tito-rollouts", cache_policy=NO_CACHE)
-def tito_rollouts(scope: StageScope, job: RolloutJob) -> TitoReport:
+def tito_rollouts(scope: StageScope, job: RolloutJob, retokenize: bool = False) -> TitoReport:
     """Roll out ``tasks`` ``samples`` times each through the engine's HTTP API; record every rollout and check every
-    exchange of those no infra fault ended (see the module docstring)."""
+    exchange of those no infra fault ended (see the module docstring). ``retokenize``: the gate matrix's defect, a
+    harness that re-tokenises text between the wire and the trajectory (``RetokenizingEngine``)."""
     from transformers import AutoTokenizer
 
     with policy_endpoint(job.policy_dir, job.engine) as endpoint:
-        trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds, scope.faults))
+        trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds, scope.faults, retokenize))
     scope.catalog.add_trajectories(scope.stage, "tito-rollouts", "base", trajectories, job.by_id())
     checked = [t for t in trajectories if t.error_class is not ErrorClass.RETRYABLE_INFRA]
     return check_tito(checked, recorder.exchanges, AutoTokenizer.from_pretrained(job.policy_dir))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from transformers import PreTrainedTokenizerBase
 
@@ -54,6 +54,26 @@ class RecordingEngine:
         completion = await self.inner.complete(prompt_ids, sampling)
         self.exchanges.append(Exchange(tuple(prompt_ids), completion))
         return completion
+
+
+class RetokenizingEngine:
+    """The defect TITO exists to catch (``Defect.RETOKENIZING_HARNESS``): a harness that keeps the conversation as
+    text. Each request's prompt is decoded and re-tokenised before it is sent, and the completion's ids are decoded and
+    re-tokenised before the trajectory keeps them (logprobs cut or zero-padded to the new length), as a
+    chat-completions client rebuilding the history from rendered text would. Wherever the round trip is not the
+    identity, the trajectory no longer holds what crossed the wire."""
+
+    def __init__(self, inner: CompletionEngine, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.inner, self.tokenizer = inner, tokenizer
+
+    def _round_trip(self, ids: Sequence[int]) -> list[int]:
+        return encode(self.tokenizer, self.tokenizer.decode(ids))
+
+    async def complete(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion:
+        completion = await self.inner.complete(self._round_trip(prompt_ids), sampling)
+        ids = self._round_trip(completion.token_ids)
+        logprobs = [*completion.logprobs[: len(ids)], *[0.0] * (len(ids) - len(completion.logprobs))]
+        return replace(completion, token_ids=ids, logprobs=logprobs)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.oracle import OracleError, run_oracle, substitute
+from envs.oracle import OracleError, run_oracle, substitute, with_wrong_oracle
 from envs.types import Oracle, OracleStep
 
 
@@ -56,3 +56,18 @@ def test_failed_extraction_and_failed_tool_are_reported_with_the_step():
         run_oracle(Oracle(steps=[OracleStep(tool="docs.read_document", save_as="x", extract=r"(\d+)")]), tools)
     with pytest.raises(OracleError, match=r"step 0 \(pdf.read_pdf\) failed"):
         run_oracle(Oracle(steps=[OracleStep(tool="pdf.read_pdf")]), tools)
+
+
+def test_a_wrong_oracle_changes_only_the_first_answering_task(tmp_path):
+    from envs.build import build_environment, load_tasks
+    from envs.check import check_environment
+
+    data = tmp_path / "data"
+    build_environment(data)
+    tasks = [t for t in load_tasks(data) if t.world_id == "ib-1"][:4]
+    wrong, task_id = with_wrong_oracle(tasks)
+    assert task_id == next(t.task_id for t in tasks if t.oracle and t.oracle.answer)
+    assert [t.task_id for t in wrong] == [t.task_id for t in tasks]
+    assert [t for t in wrong if t.task_id != task_id] == [t for t in tasks if t.task_id != task_id]
+    checked = {r.task_id: r.passed for r in check_environment(wrong, data / "worlds").oracles}
+    assert checked == {t.task_id: t.task_id != task_id for t in tasks}

@@ -86,3 +86,16 @@ def test_spec_and_special_ids_are_validated():
         build_tiny_model(SPEC, 300, {"<|im_end|>": 2})
     with pytest.raises(ValueError, match="outside the vocabulary"):
         build_tiny_model(SPEC, 300, {**SPECIAL, "<|im_end|>": 300})
+
+
+def test_perturbed_weights_move_each_tensor_by_its_share_of_its_size_once() -> None:
+    from trainer.loops.policy import perturb_weights_
+
+    model = build_tiny_model(SPEC, 300, SPECIAL)
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    perturb_weights_(model, 0.05)
+    after = model.state_dict()
+    for name, tensor in before.items():
+        if tensor.numel() > 1 and tensor.is_floating_point():
+            moved, rms = (after[name] - tensor).float(), tensor.float().square().mean().sqrt()
+            assert 0.03 < float(moved.std() / rms) < 0.07, name  # once: the tied lm_head is not moved twice

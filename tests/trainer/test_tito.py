@@ -9,7 +9,7 @@ from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.harness.chat import ToolListing, encode, eos_token_id
 from envs.harness.engine_client import Completion
 from envs.rollout import local_envs
-from trainer.tito import RecordingEngine, check_tito
+from trainer.tito import RecordingEngine, RetokenizingEngine, check_tito
 from trainer.tokenizer import train_tokenizer
 from trainer.traces import tool_call_text
 
@@ -85,3 +85,17 @@ def test_drift_of_a_retokenised_turn_is_measured(setup) -> None:
     report = check_tito(group, engine.exchanges, tokenizer)
     assert report.total_misalignments == 0  # token in, token out: the split ids are what the trainer sees
     assert report.drift_turns == 3 and report.drift_rate == pytest.approx(3 / 9)
+
+
+def test_a_harness_that_retokenises_text_is_caught(setup) -> None:
+    """The gate matrix's defect: where decode → encode is not the identity (the split answer), the trajectory keeps
+    other ids than the engine returned."""
+    data, task, tokenizer = setup
+    args = {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"}
+    texts = [tool_call_text("sheets.read_cell", args), "answers 25.9"]
+    recorder = RecordingEngine(ScriptedEngine(tokenizer, texts, split_last=True))
+    agent = AgentSetup(RetokenizingEngine(recorder, tokenizer), tokenizer, HARNESS)
+    group = asyncio.run(run_group(task, local_envs(task, data / "worlds", ("sheets",)), agent, group_id="g", n=2))
+    report = check_tito(group, recorder.exchanges, tokenizer)
+    assert report.misalignments["sampled"] == 2  # each rollout's answer turn
+    assert all("the span is not what the engine returned" in example for example in report.examples)

