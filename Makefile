@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 LOCK := -c requirements.lock
 
 .PHONY: install demo test test-slow test-browser test-cluster cluster-demo bench learn lint lock clean test-vllm chaos \
-	docker-base test-docker install-cluster
+	docker-base test-docker install-cluster gate-matrix
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -35,6 +35,10 @@ test: install
 
 test-slow: install
 	$(PY) -m pytest -m slow
+
+# The gate matrix: each deliberate defect (profile `defects:`) fails its own stage's gate on the smoke profile.
+gate-matrix: install
+	$(PY) -m pytest -m gate_matrix
 
 # The Prefect UI and the trace explorer in a real browser: Debian's chromium (apt) driven by Playwright (its own browser download is not
 # reachable here); screenshots under the test's tmp folder, or RL_RECIPE_SCREENSHOTS.

@@ -139,7 +139,19 @@ def systems_gate(m: SystemsMeasured, t: SystemsThresholds) -> GateReport:
         check("trainer idle share (chosen knobs)", m.idle_share, Op.LE, t.max_trainer_idle_share, m.chosen),
         check("plan memory (GiB)", m.plan_bytes / 2**30, Op.LE, t.memory_budget_gib, "weights + optimizer + KV cache"),
     ]
-    return GateReport.build(StageName.SYSTEMS, criteria, metrics=m.metrics)
+    findings = []
+    if m.logprob_mismatch is not None and m.logprob_mismatch >= t.max_logprob_mismatch:
+        findings.append(
+            Finding(
+                subject="engine weights",
+                problem=f"the engine's logprobs differ from the trainer's by {m.logprob_mismatch:.3f} on average at "
+                "step 1, when both should hold the same weights",
+                advice="check what the engine loaded: the same checkpoint, dtype and tied embeddings as the trainer, "
+                "and a fresh folder per weight version",
+                rate=m.logprob_mismatch,
+            )
+        )
+    return GateReport.build(StageName.SYSTEMS, criteria, findings, m.metrics)
 
 
 # --- 4 · overfit -----------------------------------------------------------------------------------------------------

@@ -210,3 +210,10 @@ def test_tito_misalignments_are_a_harness_finding() -> None:
     harness = next(f for f in report.findings if f.subject == "harness")
     assert harness.problem.startswith("3 turns hold other tokens") and examples[0] in harness.problem
     assert "rendered text" in harness.advice
+
+
+def test_systems_names_the_engine_weights_when_logprobs_disagree() -> None:
+    report = systems_gate(SystemsMeasured(0.41, 0.2, 2**20, "budget=2048"), SystemsThresholds())
+    assert [c.name for c in report.failed_criteria()] == ["train-inference mean |Δ logprob|"]
+    [finding] = report.findings
+    assert finding.subject == "engine weights" and "0.410" in finding.problem and finding.rate == 0.41
