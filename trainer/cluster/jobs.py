@@ -164,8 +164,12 @@ class RayJobs:
             return None
 
     def stop(self, job_id: str) -> bool:
-        """Ask the job to stop (SIGTERM to its entry point, SIGKILL after Ray's grace period); False if it had ended."""
-        return bool(self._json("POST", f"/api/jobs/{job_id}/stop", "stop job").get("stopped", False))
+        """Ask the job to stop (SIGTERM to its entry point, SIGKILL after Ray's grace period); False if it had ended
+        or the cluster does not know it (a job recorded on a cluster since restarted: nothing left to stop)."""
+        response = self._request("POST", f"/api/jobs/{job_id}/stop", "stop job")
+        if response.status_code == 404:
+            return False
+        return bool(response.json().get("stopped", False))
 
     def listing(self) -> list[dict[str, Any]]:
         """Every job the cluster knows: id, status, entry point, metadata, the node its driver ran on."""

@@ -38,7 +38,7 @@ class Dashboard:
         if path == "/api/jobs/" and method == "POST":
             self.submitted = json.loads(request.content)
             return httpx.Response(200, json={"submission_id": self.submitted["submission_id"] or "raysubmit_1"})
-        if path == "/api/jobs/unknown":
+        if path.startswith("/api/jobs/unknown"):
             return httpx.Response(404, text="job unknown does not exist")
         if path.endswith("/logs"):
             return httpx.Response(200, json={"logs": LOG if self.reads > self.polls else LOG[:10]})
@@ -83,6 +83,7 @@ def test_a_failed_job_is_reported_and_an_unknown_one_is_none() -> None:
     assert jobs(Dashboard()).find("unknown") is None and jobs(Dashboard()).find("job-4") == "RUNNING"
     with pytest.raises(JobsError, match="knows no job 'unknown'"):
         jobs(Dashboard()).status("unknown")
+    assert jobs(Dashboard()).stop("unknown") is False  # recorded on a cluster since restarted: nothing to stop
     assert jobs(Dashboard()).listing()[0]["submission_id"] == "job-1"
 
 
