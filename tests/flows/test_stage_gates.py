@@ -13,7 +13,7 @@ from flows.config import (
     TitoThresholds,
     TransferThresholds,
 )
-from flows.gates import GateFailed, GateReport, Op, check
+from flows.gates import GateFailed, GateReport, Op, check, fmt
 from flows.mechanisms import Idle
 from flows.stage_gates import (
     ArmResult,
@@ -217,3 +217,9 @@ def test_systems_names_the_engine_weights_when_logprobs_disagree() -> None:
     assert [c.name for c in report.failed_criteria()] == ["train-inference mean |Δ logprob|"]
     [finding] = report.findings
     assert finding.subject == "engine weights" and "0.410" in finding.problem and finding.rate == 0.41
+
+
+def test_a_zero_regression_bar_prints_as_zero_not_minus_zero() -> None:
+    suites = {"mcq": comparison(0.0, -0.05, 0.05, Verdict.WITHIN_NOISE)}
+    report = transfer_gate(suites, TransferThresholds(max_regression=0.0), {})
+    assert fmt(-0.0) == "0" and ">= 0 |" in report.markdown() and "-0 " not in report.markdown()
