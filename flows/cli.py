@@ -86,10 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def prefect_defaults() -> None:
-    """Before Prefect is imported: its home (database, results) in the project's ``.prefect/`` unless set, and no
-    telemetry (the temporary server's telemetry write races its own start-up on SQLite)."""
+    """Before Prefect is imported: its home (database, results) in the project's ``.prefect/`` unless set, no
+    telemetry (the temporary server's telemetry write races its own start-up on SQLite), and 180 s for a temporary
+    server to start instead of 20: two runs started together on two busy cores (one SQLite database) took longer, and
+    both failed before any work."""
     os.environ.setdefault("PREFECT_HOME", str(Path.cwd() / ".prefect"))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 
 def main(argv: list[str] | None = None) -> int:
