@@ -20,6 +20,7 @@ Without PREFECT_API_URL the flows run against a temporary local Prefect server (
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 
 from rich.console import Console
@@ -28,6 +29,8 @@ from rich.table import Table
 from flows.args import RUNS_ROOT_HELP
 
 console = Console()
+MIGRATE_TIMEOUT_S = 300.0
+"""How long a run waits for another run's migration of the same Prefect database."""
 STAGES = ("derisk", "tito", "systems", "overfit", "ablations", "hero", "transfer")
 
 
@@ -47,6 +50,23 @@ def print_stages(root: Path) -> None:
     console.print(f"run folder: {store.root.resolve()}  (recipe audit {store.run_id}; recipe report {store.run_id})")
 
 
+def migrate_local_database() -> None:
+    """Without PREFECT_API_URL every `recipe run` starts a temporary Prefect server on PREFECT_HOME's SQLite database,
+    and each server migrates it as it starts: two runs started together on a new database raced their migrations
+    ("duplicate column name") and one died before any work. Migrate once here, under a lock on PREFECT_HOME, so the
+    servers find it current."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME
+
+    if PREFECT_API_URL.value():
+        return
+    from prefect.server.database import provide_database_interface
+
+    from envs.files import file_lock
+
+    with file_lock(Path(PREFECT_HOME.value()) / ".rl-recipe-migrate.lock", timeout_s=MIGRATE_TIMEOUT_S):
+        asyncio.run(provide_database_interface().create_db())
+
+
 def _run(args: argparse.Namespace) -> int:
     from flows.config import StageName, load_profile
     from flows.preflight import preflight
@@ -62,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         preflight(config)  # and on a profile that cannot run where its backends say (a cluster without an address)
         runs_root = runs_root or str(config.runs_root)
     runs_root = runs_root or "runs"
+    migrate_local_database()
     from flows.pipeline import open_pipeline_run, pipeline
 
     store, _ = open_pipeline_run(
@@ -89,6 +110,7 @@ def _stage(args: argparse.Namespace) -> int:
 
     store = RunStore.open(Path(args.runs_root), args.run)
     store.verify()  # a damaged run file fails here, in one line, before Prefect starts
+    migrate_local_database()
     state = STAGE_FLOWS[StageName(args.name)](run=str(store.root), runs_root=args.runs_root, return_state=True)
     print_stages(store.root)
     return 0 if state.is_completed() else 1
