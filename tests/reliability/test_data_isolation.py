@@ -159,6 +159,7 @@ def test_a_base_killed_before_its_report_is_not_taken_for_a_finished_one(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # two whole smoke pipelines on two cores: ~10 min alone, longer beside other work
 def test_two_pipelines_with_different_settings_run_at_once(tmp_path: Path) -> None:
     """Two smoke runs in one checkout, one with 4 worlds per domain, started together: both pass on their own
     environment build, and each run records the one it used."""
