@@ -51,11 +51,12 @@ STYLE = (
 
 
 def fmt(value: Any) -> str:
-    """A value as a table cell: 4 significant digits for a float, ``–`` for none."""
+    """A value as a table cell: 4 significant digits for a float (a negated zero bar, −0.0, prints as 0), ``–`` for
+    none."""
     if value is None:
         return "–"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value + 0.0:.4g}"  # -0.0 + 0.0 == +0.0
     return str(value)
 
 

@@ -223,3 +223,6 @@ def test_a_zero_regression_bar_prints_as_zero_not_minus_zero() -> None:
     suites = {"mcq": comparison(0.0, -0.05, 0.05, Verdict.WITHIN_NOISE)}
     report = transfer_gate(suites, TransferThresholds(max_regression=0.0), {})
     assert fmt(-0.0) == "0" and ">= 0 |" in report.markdown() and "-0 " not in report.markdown()
+    from tasks.report import fmt as cell
+
+    assert cell(-0.0) == "0" and cell(-0.025) == "-0.025"  # recipe audit / report print the bar through this one
