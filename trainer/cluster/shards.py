@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.types import Trajectory
 from trainer.loops.history import StepRecord
@@ -106,12 +107,23 @@ class ShardReader:
         return found
 
 
+class ShardError(RecipeError, ValueError):
+    """A shard the flow cannot read; the message names the file and the first problem."""
+
+
 def _read(step: int, paths: list[Path]) -> StepShards:
     shards = StepShards(step)
     for path in sorted(paths):
         text = path.read_text(encoding="utf-8")
-        if path.parent.name == STEPS:
-            shards.record = StepRecord.model_validate(json.loads(text))
-        else:
-            shards.trajectories += [Trajectory.model_validate_json(line) for line in text.splitlines() if line]
+        try:
+            if path.parent.name == STEPS:
+                shards.record = StepRecord.model_validate(json.loads(text))
+            else:
+                shards.trajectories += [Trajectory.model_validate_json(line) for line in text.splitlines() if line]
+        except ValueError as error:  # pydantic's ValidationError and json's JSONDecodeError are ValueErrors
+            first = " ".join(str(error).split())[:300]
+            raise ShardError(
+                f"the job's shard {path} does not read as this code's records ({first}); a job runs the checkout as "
+                "it was when it was submitted: was the code changed while the run was going?"
+            ) from None
     return shards

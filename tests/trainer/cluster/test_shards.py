@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+import pytest
+
 from envs.types import StopReason, Trajectory
-from trainer.cluster.shards import ShardReader, ShardWriter
+from trainer.cluster.shards import ShardError, ShardReader, ShardWriter
 from trainer.loops.history import StepRecord
 
 
@@ -48,3 +50,12 @@ def test_files_being_written_are_not_read(tmp_path: Path) -> None:
     (tmp_path / "steps").mkdir()
     (tmp_path / "steps" / ".000001.json.x.tmp").write_text("{half a rec")
     assert ShardReader(tmp_path).changed() == []
+
+
+def test_a_shard_from_other_code_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    writer = ShardWriter(tmp_path)
+    writer.rollouts(1, [rollout("a", 1.0)])
+    [path] = (tmp_path / "rollouts").glob("*.jsonl")
+    path.write_text(path.read_text().replace('"task_id"', '"a_field_this_code_lacks": 0, "task_id"'))
+    with pytest.raises(ShardError, match=r"shard .*\.jsonl does not read as this code's records .*changed while"):
+        ShardReader(tmp_path).changed()
