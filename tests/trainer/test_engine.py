@@ -10,8 +10,17 @@ from torch._dynamo.utils import counters
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
+from trainer.engine import engine as engine_module
 from trainer.engine.engine import width_buckets
-from trainer.engine.forward import KVPool, ModelWeights, compiled_decode_step, decode, decode_step, forward
+from trainer.engine.forward import (
+    KVPool,
+    ModelWeights,
+    compiled_decode_step,
+    decode,
+    decode_runs,
+    decode_step,
+    forward,
+)
 from trainer.engine.sampling import inverse_cdf_sample, top_p_filter
 from trainer.model import TinyModelSpec, bootstrap_policy, build_tiny_model, save_policy
 from trainer.tokenizer import special_token_ids
@@ -385,3 +394,25 @@ def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):
         pool.k[:, 2] = 7.0
     assert pool.release(0) == 2 and torch.all(pool.k[:, 0] == 7.0)  # slot 2's sequence now lives in slot 0
     assert pool.release(1) is None and pool.n_free == 2 and pool.allocate() == 1
+
+
+@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"])
+def test_a_ragged_batch_decodes_in_runs_with_hf_generates_tokens(policy, compile, monkeypatch):
+    """Enough rows of different lengths that a decode step is cut into runs (each reading the cache up to its own
+    longest row), rows finishing and refilled mid-way (the runs re-sorted): every request's greedy tokens are what
+    transformers' generate gives it alone, and its logprobs a plain forward's."""
+    if compile and shutil.which("c++") is None:
+        pytest.skip("torch.compile's C++ backend needs a C++ compiler")
+    model, tok = policy
+    words = tok.encode(" ".join(CORPUS))
+    prompts = [words[: 1 + (37 * i) % 150] for i in range(36)]
+    lengths = [4 + (11 * i) % 29 for i in range(36)]
+    cut = []
+    monkeypatch.setattr(engine_module, "decode_runs", lambda positions: cut.append(decode_runs(positions)) or cut[-1])
+    with Engine(model, tok, EngineConfig(max_num_seqs=20, compile=compile)) as eng:
+        results = run(gather(eng, prompts, [GREEDY.model_copy(update={"max_tokens": n}) for n in lengths]))
+    assert any(len(runs) > 1 for runs in cut) and any(len(runs) == 1 for runs in cut)
+    for prompt, n, result in zip(prompts, lengths, results, strict=True):
+        assert result.token_ids_T == hf_greedy(model, prompt, n)
+        deltas = (hf_logprobs(model, prompt, result.token_ids_T) - torch.tensor(result.logprobs_T)).abs()
+        assert deltas.max() < 1e-4

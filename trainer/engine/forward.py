@@ -22,7 +22,7 @@ position p only sees keys at positions <= p and a later real token overwrites th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +187,14 @@ class KVPool:
         grown_v[:, :, :, : self.capacity] = self.v
         self.k, self.v = grown_k, grown_v
 
+    @torch.inference_mode()
+    def reorder(self, order: Sequence[int], length: int) -> None:
+        """Slot i takes the sequence of slot order[i] (`order` permutes slots 0 .. len(order) - 1); only the first
+        `length` positions are copied, as nothing later is live."""
+        index = torch.tensor(order, device=self.k.device)
+        self.k[:, : len(order), :, :length] = self.k[:, index, :, :length]
+        self.v[:, : len(order), :, :length] = self.v[:, index, :, :length]
+
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """w * x / sqrt(mean(x^2, last axis) + eps), in fp32 like transformers' Qwen3RMSNorm."""
@@ -245,16 +253,62 @@ def forward(
     return F.linear(rms_norm(x_last, w.final_norm, w.eps), w.lm_head).float()
 
 
+Runs = tuple[tuple[int, int], ...]
+"""A decode batch cut into runs of consecutive rows, (end, n_past) each: run j is rows end_{j-1} .. end_j - 1
+(end_{-1} = 0) and reads its rows' first n_past cached positions, n_past = the run's largest position."""
+
+DECODE_RUNS = 4
+MIN_RUN_ROWS = 4
+
+
+def decode_runs(positions_B: Sequence[int], n_runs: int = DECODE_RUNS) -> Runs:
+    """Rows cut into `n_runs` runs of equal size (± 1) in their given order, each reading up to its own longest row.
+
+    Attention reads sum_j rows_j * n_past_j cached keys instead of B * max(positions_B): with rows sorted by position,
+    what each row needs, give or take the spread within its run. Fewer than n_runs * MIN_RUN_ROWS rows are one run:
+    small batches read little, and the compiled step specialises runs of 0 or 1 rows (each one more compilation).
+    """
+    B = len(positions_B)
+    n = n_runs if n_runs * MIN_RUN_ROWS <= B else 1
+    ends = [B * (j + 1) // n for j in range(n)]
+    return tuple((end, max(positions_B[start:end])) for start, end in zip([0, *ends[:-1]], ends, strict=True))
+
+
+def keys_read(runs: Runs) -> int:
+    """Cached positions a decode step over `runs` reads per layer and kv head: sum_j (end_j - end_{j-1}) * n_past_j."""
+    starts = [0, *(end for end, _ in runs[:-1])]
+    return sum((end - start) * n_past for start, (end, n_past) in zip(starts, runs, strict=True))
+
+
+def attend(
+    q_BKGD: Tensor, past_k_BKND: Tensor, past_v_BKND: Tensor, bias_B11N: Tensor, k_BK1D: Tensor, v_BK1D: Tensor
+) -> Tensor:
+    """One query per row over its N cached keys (`bias_B11N`: 0, or -inf past the row's own length) and its own new
+    key, G query heads per kv head:
+
+        softmax([q·K_past / sqrt(D) + bias, q·k_new / sqrt(D)]) @ [V_past; v_new]    → [B, kv_heads, G, D]
+    """
+    n_past = past_k_BKND.shape[2]
+    scores = torch.cat(
+        (
+            torch.matmul(q_BKGD, past_k_BKND.transpose(-1, -2)) + bias_B11N,
+            torch.matmul(q_BKGD, k_BK1D.transpose(-1, -2)),
+        ),
+        dim=-1,
+    )
+    probs = torch.softmax(scores * q_BKGD.shape[-1] ** -0.5, dim=-1)
+    return torch.matmul(probs[..., :n_past], past_v_BKND) + probs[..., n_past:] * v_BK1D
+
+
 def decode_step(
-    w: ModelWeights, k_cache: Tensor, v_cache: Tensor, first_slot: int, tokens_B: Tensor, pos_B: Tensor, n_past: int
+    w: ModelWeights, k_cache: Tensor, v_cache: Tensor, first_slot: int, tokens_B: Tensor, pos_B: Tensor, runs: Runs
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One new token per row (row b → KV slot first_slot + b, at position pos_B[b]), the decode half of `forward`.
 
     Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`decode` stores the new
-    keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] (the first `n_past`
-    positions are read; later ones are masked) and to its own new key:
-
-        softmax([q·K_past / sqrt(D) + mask, q·k_new / sqrt(D)]) @ [V_past; v_new]
+    keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] and to its own new key
+    (`attend`); each run of rows (`Runs`) reads the cache up to its own n_past, later positions masked, so a batch
+    of short and long sequences is not read to its longest everywhere.
 
     Returns fp32 logits [B, V] and the new keys and values, [layers, B * kv_heads, head_dim] each (row b * kv_heads + h
     is head h of row b).
@@ -263,12 +317,13 @@ def decode_step(
     H, KV, D = w.n_heads, w.n_kv_heads, w.head_dim
     cos_B1D = w.cos_PD[pos_B][:, None]
     sin_B1D = w.signed_sin_PD[pos_B][:, None]
-    future_B11N = torch.arange(n_past, device=pos_B.device)[None, :] >= pos_B[:, None]
-    bias_B11N = torch.zeros(future_B11N.shape, dtype=cos_B1D.dtype, device=pos_B.device).masked_fill(
-        future_B11N, float("-inf")
-    )[:, None, None, :]
-    slots = slice(first_slot, first_slot + B)
-    scale = D**-0.5
+    spans = []  # (first row, row after the last, n_past, the run's mask bias [rows, 1, 1, n_past])
+    for start, (end, n_past) in zip([0, *(end for end, _ in runs[:-1])], runs, strict=True):
+        future_RN = torch.arange(n_past, device=pos_B.device)[None, :] >= pos_B[start:end, None]
+        bias_RN = torch.zeros(future_RN.shape, dtype=cos_B1D.dtype, device=pos_B.device).masked_fill(
+            future_RN, float("-inf")
+        )
+        spans.append((start, end, n_past, bias_RN[:, None, None, :]))
     new_k, new_v = [], []
     x = F.embedding(tokens_B, w.embed)
     lw = w.layers
@@ -277,16 +332,19 @@ def decode_step(
         qk = apply_rope(rms_norm(qkv[:, : H + KV], lw.qk_norm[i], w.eps), cos_B1D, sin_B1D)
         q_BKGD = qk[:, :H].reshape(B, KV, H // KV, D)
         k_BK1D, v_BK1D = qk[:, H:, None], qkv[:, H + KV :, None]
-        past_k, past_v = k_cache[i, slots, :, :n_past], v_cache[i, slots, :, :n_past]
-        scores = torch.cat(
-            (
-                torch.matmul(q_BKGD, past_k.transpose(-1, -2)) + bias_B11N,
-                torch.matmul(q_BKGD, k_BK1D.transpose(-1, -2)),
-            ),
-            dim=-1,
+        attn = torch.cat(
+            [
+                attend(
+                    q_BKGD[start:end],
+                    k_cache[i, first_slot + start : first_slot + end, :, :n_past],
+                    v_cache[i, first_slot + start : first_slot + end, :, :n_past],
+                    bias,
+                    k_BK1D[start:end],
+                    v_BK1D[start:end],
+                )
+                for start, end, n_past, bias in spans
+            ]
         )
-        probs = torch.softmax(scores * scale, dim=-1)
-        attn = torch.matmul(probs[..., :n_past], past_v) + probs[..., n_past:] * v_BK1D
         x = x + F.linear(attn.reshape(B, H * D), lw.o_proj[i])
         gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
         x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
@@ -296,7 +354,7 @@ def decode_step(
     return logits_BV, torch.stack(new_k).view(w.n_layers, B * KV, D), torch.stack(new_v).view(w.n_layers, B * KV, D)
 
 
-DecodeStep = Callable[[ModelWeights, Tensor, Tensor, int, Tensor, Tensor, int], tuple[Tensor, Tensor, Tensor]]
+DecodeStep = Callable[[ModelWeights, Tensor, Tensor, int, Tensor, Tensor, Runs], tuple[Tensor, Tensor, Tensor]]
 
 
 @functools.cache
@@ -333,14 +391,14 @@ def decode(
     tokens_B: Tensor,
     pos_B: Tensor,
     step: DecodeStep = decode_step,
-    n_past: int | None = None,
+    runs: Runs | None = None,
 ) -> Tensor:
     """`forward` for one token per row: run `step` (`decode_step` or a compiled copy), store its keys and values at
-    (slot, pos_B) and return fp32 logits [B, V]. `n_past` = max(pos_B), if the caller knows it without a sync."""
+    (slot, pos_B) and return fp32 logits [B, V]. `runs` default: one run reading max(pos_B) positions."""
     B, KV = tokens_B.shape[0], w.n_kv_heads
-    n_past = int(pos_B.max()) if n_past is None else n_past
-    pool.ensure_capacity(n_past + 1)
-    logits_BV, k_LND, v_LND = step(w, pool.k, pool.v, first_slot, tokens_B, pos_B, n_past)
+    runs = ((B, int(pos_B.max())),) if runs is None else runs
+    pool.ensure_capacity(max(n_past for _, n_past in runs) + 1)
+    logits_BV, k_LND, v_LND = step(w, pool.k, pool.v, first_slot, tokens_B, pos_B, runs)
     # One index_copy_ per cache over its [layers, slots * kv_heads * capacity, head_dim] view: the row of (slot s,
     # head h, position p) is (s * kv_heads + h) * capacity + p.
     heads_BK = first_slot * KV + torch.arange(B * KV, device=pos_B.device).view(B, KV)
