@@ -85,15 +85,22 @@ def _skip(store: RunStore, stages: list[StageName], reason: str) -> None:
         )
 
 
+RUN_ID_SUFFIX = 12
+"""Hex digits of the flow run id in a deployment run's id: its last ones, random in a UUIDv4 (a run from the UI's Run
+button) and in a UUIDv7 (48 bits; the ids Prefect's scheduler gives the runs it creates). A UUIDv7's first 8 are its
+creation time in steps of 16 s: the runs a schedule created together once got one run id, and each resumed the first's
+folder."""
+
+
 def _default_run_id(profile: str | None) -> str | None:
-    """``<profile>-<flow run id>``: a retry of the same flow run finds (and resumes) the same folder. A profile given
-    as a YAML path is named by its file (``smoke-browser.yaml`` → ``smoke-browser``), as a run id must be a plain
-    folder name."""
+    """``<profile>-<the flow run id's last 12 hex digits>``: a retry of the same flow run finds (and resumes) the same
+    folder, and runs started together get their own. A profile given as a YAML path is named by its file
+    (``smoke-browser.yaml`` → ``smoke-browser``), as a run id must be a plain folder name."""
     run_id = flow_run.get_id()
     if not run_id:
         return None
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(profile or "local").name.removesuffix(".yaml").removesuffix(".yml"))
-    return f"{name.lstrip('.-_')[:64] or 'profile'}-{run_id[:8]}"
+    return f"{name.lstrip('.-_')[:64] or 'profile'}-{run_id.replace('-', '')[-RUN_ID_SUFFIX:]}"
 
 
 @flow(name="pipeline", log_prints=True)

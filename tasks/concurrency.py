@@ -12,6 +12,7 @@ calling the tasks' functions directly is not made to run a server.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -63,4 +64,8 @@ def gpu_slot(holder: str) -> Iterator[None]:
     log("%s: waiting for a %r slot", holder, GPU_LIMIT)
     with concurrency(GPU_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S, strict=True):
         log("%s: holds a %r slot", holder, GPU_LIMIT)
-        yield
+        held = time.monotonic()
+        try:
+            yield
+        finally:  # logged while the slot is still held: the run's log shows each hold from its first line to this
+            log("%s: frees its %r slot after %.1f s", holder, GPU_LIMIT, time.monotonic() - held)

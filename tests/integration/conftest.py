@@ -2,7 +2,9 @@
 
 ``prefect_server`` (module scope) starts a Prefect server on a free loopback port with its own PREFECT_HOME and yields
 the environment a client needs; ``serve_deployments(env, profile)`` starts `recipe serve` against it and waits until
-the deployments are registered. ``api(env, method, path)`` calls the server's REST API.
+the deployments are registered. ``api(env, method, path)`` calls the server's REST API. ``stop_tree(process)`` stops a
+server, `recipe serve` or a worker and then every process it started that still runs (flow runs run in their own
+sessions, and keep running when the process that started them stops), so a failed test leaves nothing running.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +28,7 @@ from envs.net import free_port
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
 DEPLOYMENTS = 9  # the pipeline, the nightly gate, seven stages
+SERVING = "Your deployments are being served"  # what `prefect.serve` prints once it has registered them all
 
 
 def wait_for(check, timeout_s: float, what: str, every_s: float = 1.0) -> Any:
@@ -38,13 +41,70 @@ def wait_for(check, timeout_s: float, what: str, every_s: float = 1.0) -> Any:
     raise TimeoutError(f"{what}: not within {timeout_s:g} s")
 
 
-def stop(process: subprocess.Popen) -> None:
+def interruptible() -> None:
+    """``preexec_fn`` of a process ``stop`` interrupts: SIGINT back to its default. Started from a shell's background
+    job (``make test-slow &``), a process inherits SIGINT ignored; a Prefect worker's handler then "forwards" SIGINT
+    to itself under that inherited disposition, and never stops."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop(process: subprocess.Popen, hung: signal.Signals | None = None) -> bool:
+    """SIGINT, then SIGKILL after 30 s (``hung`` first, e.g. SIGABRT for faulthandler's thread dump, when given);
+    whether it stopped on SIGINT."""
     process.send_signal(signal.SIGINT)
     try:
         process.wait(timeout=30)
+        return True
     except subprocess.TimeoutExpired:
+        if hung is not None:
+            process.send_signal(hung)
+            with suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
         process.kill()
         process.wait(timeout=10)
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, theirs, …), from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, …
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (not exited, not a zombie)."""
+    alive = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(pid)
+        except (OSError, IndexError):
+            continue
+    return alive
+
+
+def stop_tree(process: subprocess.Popen, hung: signal.Signals | None = None) -> tuple[bool, list[int]]:
+    """``stop(process, hung)``, then SIGKILL to every process it had started that still runs (and theirs); whether it
+    stopped on SIGINT, and the processes that had to be killed."""
+    below = descendants(process.pid)
+    clean = stop(process, hung)
+    left = running(sorted({*below, *(d for pid in below for d in descendants(pid))}))
+    for pid in left:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return clean, left
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +118,12 @@ def prefect_server(tmp_path_factory) -> Iterator[dict[str, str]]:
     }
     log = (home / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "server", "--port", str(port)], env=env, cwd=REPO, stdout=log, stderr=log
+        [sys.executable, "-m", "flows.cli", "server", "--port", str(port)],
+        env=env,
+        cwd=REPO,
+        stdout=log,
+        stderr=log,
+        preexec_fn=interruptible,
     )
 
     def healthy() -> bool:
@@ -71,18 +136,26 @@ def prefect_server(tmp_path_factory) -> Iterator[dict[str, str]]:
         wait_for(healthy, START_TIMEOUT_S, "prefect server start")
         yield env
     finally:
-        stop(process)
+        stop_tree(process)
 
 
 def api(env: dict[str, str], method: str, path: str, **kwargs: Any) -> Any:
-    response = httpx.request(method, f"{env['PREFECT_API_URL']}{path}", timeout=30, **kwargs)
+    """One REST call; a 503 (the server's "retry": its SQLite database was busy, as under several runs at once) is
+    retried after 0.5, 1, 2, 4 and 8 s, as Prefect's own client does."""
+    for wait_s in (0.5, 1, 2, 4, 8, None):
+        response = httpx.request(method, f"{env['PREFECT_API_URL']}{path}", timeout=30, **kwargs)
+        if response.status_code != 503 or wait_s is None:
+            break
+        time.sleep(wait_s)
     response.raise_for_status()
     return response.json() if response.content else None
 
 
 @contextmanager
 def serve_deployments(env: dict[str, str], profile: str, log: Path) -> Iterator[None]:
-    """`recipe serve --profile PROFILE` until the block ends; waits for every deployment to be registered."""
+    """`recipe serve --profile PROFILE` until the block ends; waits for every deployment to be registered by it (on a
+    server that had them from an earlier `recipe serve`, counting them is not enough: registering replaces their
+    schedules, and would replace what the test set meanwhile)."""
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "flows.cli", "serve", "--profile", profile],
@@ -90,16 +163,31 @@ def serve_deployments(env: dict[str, str], profile: str, log: Path) -> Iterator[
             cwd=REPO,
             stdout=out,
             stderr=out,
+            preexec_fn=interruptible,
         )
         try:
-            count = lambda: len(api(env, "POST", "/deployments/filter", json={})) >= DEPLOYMENTS  # noqa: E731
-            wait_for(count, START_TIMEOUT_S, "recipe serve")
+
+            def served() -> bool:
+                assert process.poll() is None, f"recipe serve exited: {log.read_text()[-2000:]}"
+                return (
+                    SERVING in log.read_text() and len(api(env, "POST", "/deployments/filter", json={})) >= DEPLOYMENTS
+                )
+
+            wait_for(served, START_TIMEOUT_S, "recipe serve")
             yield
         finally:
-            stop(process)
+            stop_tree(process)  # and the flow runs a failed test left running
 
 
 @pytest.fixture(scope="session")
 def ops() -> SimpleNamespace:
     """The helpers above for test modules (a conftest's plain functions are not importable under importlib mode)."""
-    return SimpleNamespace(api=api, wait_for=wait_for, serve=serve_deployments, repo=REPO)
+    return SimpleNamespace(
+        api=api,
+        wait_for=wait_for,
+        serve=serve_deployments,
+        stop_tree=stop_tree,
+        running=running,
+        interruptible=interruptible,
+        repo=REPO,
+    )

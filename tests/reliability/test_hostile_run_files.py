@@ -116,17 +116,37 @@ def test_a_generated_run_id_is_checked_too(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("profile", "expected"),
     [
-        ("smoke", "smoke-0123abcd"),
-        ("/tmp/x/smoke-browser.yaml", "smoke-browser-0123abcd"),
-        ("../my profile.yml", "my-profile-0123abcd"),
+        ("smoke", "smoke-2b46b378b586"),
+        ("/tmp/x/smoke-browser.yaml", "smoke-browser-2b46b378b586"),
+        ("../my profile.yml", "my-profile-2b46b378b586"),
     ],
 )
 def test_a_ui_run_of_a_profile_given_as_a_path_gets_a_plain_run_id(monkeypatch, profile: str, expected: str) -> None:
     """A run started from the UI with a YAML path as its profile was refused: the path went into its run id."""
     from flows import pipeline
 
-    monkeypatch.setattr(pipeline.flow_run, "get_id", lambda: "0123abcd-ffff")
+    monkeypatch.setattr(pipeline.flow_run, "get_id", lambda: "01a2333b-41ec-7f52-891f-2b46b378b586")
     assert pipeline._default_run_id(profile) == expected
+
+
+def test_runs_created_together_get_their_own_run_ids(monkeypatch) -> None:
+    """Prefect's scheduler gives the runs it creates UUIDv7 ids, whose first 8 hex digits are the time in 16 s steps:
+    the runs of a scheduled pipeline deployment, created in one batch, got one run id, and each resumed the first's
+    folder (its stages "passed before with the same inputs": nothing ran)."""
+    from prefect._internal.uuid7 import uuid7
+
+    from flows import pipeline
+
+    started = 1_764_600_000_000  # two flow runs created 0.9 s apart, as the scheduler ids them
+    first, second = str(uuid7(ms=started)), str(uuid7(ms=started + 900))
+    assert first[:8] == second[:8]  # what the run id was made of
+    ids = []
+    for flow_run_id in (first, second):
+        monkeypatch.setattr(pipeline.flow_run, "get_id", lambda flow_run_id=flow_run_id: flow_run_id)
+        ids.append(pipeline._default_run_id("smoke"))
+    assert ids[0] != ids[1]
+    monkeypatch.setattr(pipeline.flow_run, "get_id", lambda: first)
+    assert pipeline._default_run_id("smoke") == ids[0]  # a retry (the same flow run) finds its folder again
 
 
 # --- finding 11: implausible profile values -------------------------------------------------------------------------
