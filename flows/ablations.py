@@ -14,7 +14,8 @@
 5. The landed config, by the rule in ``flows.stage_gates.landed_arm``: the largest gain beyond noise among arms that
    are not inert; with none, the recipe's landed arm unless it is a loss or inert; else the baseline.
 
-Gate: every arm finished and the rule chose; findings give each arm's verdict and its idle mechanisms ("inert:
+Gate: every arm finished and the rule chose (and, where the profile sets ``thresholds.max_inert_arms``, at most
+that many arms are inert); findings give each arm's verdict and its idle mechanisms ("inert:
 DPPO never acted (dppo_masked_share = 0)"). Writes ``ablations.json``, one row per arm: score, CI, verdict and the
 activity figures. Output ``landed``: the arm's algorithm changes and nudge, for the hero.
 
@@ -33,7 +34,7 @@ from envs.types import TaskSpec
 from evals.compare import paired_comparison
 from evals.records import EvalResult
 from evals.types import Metric
-from flows.config import AblationsStage, StageName
+from flows.config import AblationsStage, Defect, StageName
 from flows.mechanisms import ArmSetup, arm_mechanisms, idle_mechanisms
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, TrainingSetup, open_stage
 from flows.stage_gates import ArmResult, ablations_gate, landed_arm
@@ -61,7 +62,8 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                 log("arm %s failed: %s", arm_name, errors[arm_name])
         stage.validate(Suite.EVAL_RESULTS)
 
-        arms = _arm_results(evals, activities, _arm_setups(stage.config.trainer.algorithm, section), section)
+        setups = _arm_setups(stage.config.trainer.algorithm, section)
+        arms = _arm_results(evals, activities, errors, setups, section)
         landed, reason = landed_arm(arms, section.baseline, section.prior)
         table = _table(arms, evals, errors, landed)
         atomic_write_json(stage.dir / "ablations.json", table)
@@ -79,7 +81,7 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         stage.output("landed", {"arm": landed, "algorithm": arm.algorithm, "context_nudge": arm.context_nudge})
         stage.output("table", stage.dir / "ablations.json")
         metrics = {"landed": landed, "rule": reason, "inert_arms": sum(a.inert for a in arms), "arms": table}
-        return stage.finish(ablations_gate(arms, landed, reason, metrics))
+        return stage.finish(ablations_gate(arms, landed, reason, metrics, section.thresholds))
 
 
 def _run_arm(
@@ -89,6 +91,9 @@ def _run_arm(
     its held-out result and its mechanisms' activity over the training steps."""
     section: AblationsStage = stage.section
     arm = section.arms[arm_name]
+    if Defect.IGNORED_ARM_CONFIG in stage.defects and arm_name == _first_arm_after_baseline(section):
+        log("defect %s: arm %s trains with the baseline's settings", Defect.IGNORED_ARM_CONFIG.value, arm_name)
+        arm = section.arms[section.baseline]
     loop = loop_config(
         LoopKind.SYNC,
         task_ids=[t.task_id for t in tasks],
@@ -101,10 +106,17 @@ def _run_arm(
         checkpoint_every=0,
         max_num_seqs=setup.engine.max_num_seqs,
     )
+    if Defect.CRASHING_ARM in stage.defects and arm_name == _first_arm_after_baseline(section):
+        log("defect %s: arm %s crashes at its first step", Defect.CRASHING_ARM.value, arm_name)
+        loop = loop.model_copy(update={"crash_at_step": 1})
     trained = stage.train(arm_name, setup.policy, tasks, loop)
     # Evals run without the nudge: the arm is measured on what its training changed.
     job = setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes)
     return stage.evaluate(job), trained.history.activity()
+
+
+def _first_arm_after_baseline(section: AblationsStage) -> str:
+    return next(name for name in section.arms if name != section.baseline)
 
 
 def _arm_setups(profile: AlgorithmConfig, section: AblationsStage) -> dict[str, ArmSetup]:
@@ -118,11 +130,12 @@ def _arm_setups(profile: AlgorithmConfig, section: AblationsStage) -> dict[str, 
 def _arm_results(
     evals: dict[str, EvalResult],
     activities: dict[str, MechanismActivity | None],
+    errors: dict[str, str],
     setups: dict[str, ArmSetup],
     section: AblationsStage,
 ) -> list[ArmResult]:
     """Each arm's held-out mean reward, its paired comparison with the baseline (when both finished), the mechanisms
-    it turns on and which of them never acted."""
+    it turns on and which of them never acted, or the error that ended it."""
     baseline = evals.get(section.baseline)
     arms = []
     for arm_name in section.arms:
@@ -147,6 +160,7 @@ def _arm_results(
                 activity=activity,
                 mechanisms=tuple(m.name for m in mechanisms),
                 idle=idle,
+                error=errors.get(arm_name),
             )
         )
     return arms

@@ -33,6 +33,7 @@ from envs.harness.config import HarnessConfig
 from envs.options import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX, BadVariant, OracleTransport, ProviderName
 from envs.types import Tier
 from trainer.algorithms.config import AlgorithmConfig
+from trainer.algorithms.defects import RewardDefect
 from trainer.local.config import Layout, TrainerConfig
 from trainer.loops.kinds import RuntimeKind
 from trainer.specs import BootstrapSpec
@@ -456,6 +457,12 @@ def recipe_arms() -> dict[str, AblationArm]:
     }
 
 
+class AblationsThresholds(_Section):
+    max_inert_arms: int | None = Field(None, ge=0, le=MAX_STEPS)
+    """Most arms none of whose mechanisms acted (``flows.mechanisms``); None: inert arms are reported and never
+    landed, not failed — for a profile whose loop cannot make every mechanism act (DPPO is inert on-policy)."""
+
+
 class AblationsStage(_Section):
     arms: dict[str, AblationArm] = Field(default_factory=recipe_arms)
     baseline: str = "baseline"
@@ -467,6 +474,7 @@ class AblationsStage(_Section):
     eval_passes: int = Field(2, ge=1, le=MAX_STEPS)
     """k passes of the held-out set per arm."""
     confidence: float = Field(0.95, gt=0, lt=1)
+    thresholds: AblationsThresholds = AblationsThresholds()
 
     @model_validator(mode="after")
     def _named_arms_exist(self) -> AblationsStage:
@@ -539,6 +547,15 @@ class Defect(StrEnum):
     """TITO: the harness re-renders the conversation as text and re-tokenises it, prompts and completions both."""
     PERTURBED_ENGINE_WEIGHTS = "perturbed_engine_weights"
     """Systems: the engine serves weights other than the trainer's (the policy's, with relative noise added)."""
+    INVERTED_ADVANTAGES = "inverted_advantages"
+    """Overfit: the advantages' sign flipped, so every step descends the reward (``trainer.algorithms.defects``)."""
+    CRASHING_ARM = "crashing_arm"
+    """Ablations: the first arm after the baseline crashes in its first step (``LoopConfig.crash_at_step``)."""
+    IGNORED_ARM_CONFIG = "ignored_arm_config"
+    """Ablations: the first arm after the baseline trains with the baseline's settings (its changes never reach the
+    trainer), so none of its mechanisms acts: an inert arm."""
+    SHUFFLED_REWARDS = "shuffled_rewards"
+    """Hero: rewards shuffled within each prompt group: the policy trains on noise (``trainer.algorithms.defects``)."""
 
     @property
     def stage(self) -> StageName:
@@ -550,7 +567,16 @@ DEFECT_STAGES = {
     Defect.WRONG_ORACLE: StageName.DERISK,
     Defect.RETOKENIZING_HARNESS: StageName.TITO,
     Defect.PERTURBED_ENGINE_WEIGHTS: StageName.SYSTEMS,
+    Defect.INVERTED_ADVANTAGES: StageName.OVERFIT,
+    Defect.CRASHING_ARM: StageName.ABLATIONS,
+    Defect.IGNORED_ARM_CONFIG: StageName.ABLATIONS,
+    Defect.SHUFFLED_REWARDS: StageName.HERO,
 }
+REWARD_DEFECTS = {
+    Defect.INVERTED_ADVANTAGES: RewardDefect.INVERTED_ADVANTAGES,
+    Defect.SHUFFLED_REWARDS: RewardDefect.SHUFFLED_REWARDS,
+}
+"""The defects that are bugs of the trainer's reward → advantage path, as the trainer's ``AlgorithmConfig.defect``."""
 
 
 class RecipeConfig(_Section):

@@ -21,7 +21,7 @@ from evals.compare import paired_comparison
 from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
-from flows.stage_gates import hero_gate
+from flows.stage_gates import TrainTrend, hero_gate
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves, estimate_bars
 from tasks.training import LoopKind, loop_config
@@ -95,4 +95,5 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             **summary_metrics("base", results["base"]),
             **summary_metrics("trained", results["trained"]),
         }
-        return stage.finish(hero_gate(comparison, len(steps), section.thresholds, metrics))
+        trend = TrainTrend.of([r.reward_mean for r in steps])
+        return stage.finish(hero_gate(comparison, len(steps), section.thresholds, metrics, trend))

@@ -25,7 +25,7 @@ from evals.records import EvalResult
 from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
-from flows.stage_gates import OverfitMeasured, overfit_gate
+from flows.stage_gates import OverfitMeasured, TrainTrend, overfit_gate
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves
 from tasks.training import LoopKind, loop_config
@@ -91,5 +91,6 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             **summary_metrics("after", after),
         }
         before_mean, after_mean = before.summary.mean_reward.mean, after.summary.mean_reward.mean
-        measured = OverfitMeasured(before_mean, after_mean, gain, p_value, len(steps), metrics)
+        trend = TrainTrend.of([r.reward_mean for r in steps])
+        measured = OverfitMeasured(before_mean, after_mean, gain, p_value, len(steps), metrics, trend)
         return stage.finish(overfit_gate(measured, section.thresholds))

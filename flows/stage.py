@@ -33,7 +33,15 @@ from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
 from evals.records import EvalResult
 from evals.spec import HarnessKind, JudgeSpec
-from flows.config import EngineBackend, RecipeConfig, StageName, section_digest, validate_config
+from flows.config import (
+    REWARD_DEFECTS,
+    Defect,
+    EngineBackend,
+    RecipeConfig,
+    StageName,
+    section_digest,
+    validate_config,
+)
 from flows.gates import GateFailed, GateReport
 from flows.placement import TRAINER_RUNNERS, cluster_target, engine_fleet
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
@@ -105,13 +113,16 @@ def stage_fingerprint(config: RecipeConfig, stage: StageName, store: RunStore) -
     for earlier in list(StageName)[: stage.index - 1]:
         manifest = store.manifest(earlier.folder)
         upstream.append(manifest.fingerprint if manifest else None)
-    return section_digest(
-        {
-            "shared": {name: dumped[name] for name in sections},
-            "stage": dumped["stages"][stage.value],
-            "upstream": upstream,
-        }
-    )
+    inputs = {"shared": {name: dumped[name] for name in sections}, "stage": dumped["stages"][stage.value]}
+    if defects := stage_defects(config, stage):  # only when present: a healthy run's fingerprints stay as they were
+        inputs["defects"] = [defect.value for defect in defects]
+    return section_digest(inputs | {"upstream": upstream})
+
+
+def stage_defects(config: RecipeConfig, stage: StageName) -> list[Defect]:
+    """The config's deliberate defects aimed at ``stage``: part of that stage's inputs only, so a run resumed with a
+    defect re-runs its stage (and those after it) and reuses the healthy stages before it."""
+    return [defect for defect in config.defects if defect.stage is stage]
 
 
 def is_current(store: RunStore, config: RecipeConfig, stage: StageName) -> bool:
@@ -229,12 +240,23 @@ class StageRun:
         """The systems stage's chosen knobs (token budget, layout, engine sequences, workers)."""
         return dict(self.upstream(StageName.SYSTEMS).outputs["knobs"])
 
+    @property
+    def defects(self) -> list[Defect]:
+        """The profile's deliberate defects that this stage's gate exists to catch (the gate matrix)."""
+        return stage_defects(self.config, self.stage)
+
     def tuned_trainer(self, algorithm: dict[str, Any] | None = None) -> TrainerConfig:
-        """The profile's trainer with the systems stage's knobs (and ``algorithm`` changes, e.g. an ablation arm)."""
+        """The profile's trainer with the systems stage's knobs (and ``algorithm`` changes, e.g. an ablation arm), and
+        this stage's reward-path defect if the profile deliberately gives it one."""
         knobs = self.knobs()
         update: dict[str, Any] = {"token_budget": knobs["token_budget"], "layout": Layout(knobs["layout"])}
-        if algorithm:
-            update["algorithm"] = AlgorithmConfig(**self.config.trainer.algorithm.model_dump() | algorithm)
+        changes = dict(algorithm or {})
+        for defect in self.defects:
+            if defect in REWARD_DEFECTS:
+                log("defect %s: the trainer's algorithm.defect is %s", defect.value, REWARD_DEFECTS[defect].value)
+                changes["defect"] = REWARD_DEFECTS[defect]
+        if changes:
+            update["algorithm"] = AlgorithmConfig(**self.config.trainer.algorithm.model_dump() | changes)
         return self.config.trainer.model_copy(update=update)
 
     def tuned_engine(self, max_model_len: int) -> EngineSettings:

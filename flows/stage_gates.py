@@ -5,6 +5,8 @@ No Prefect, no I/O: the stage flows measure, these functions judge, and the test
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 from envs.diagnostics import ToolStats, ToolThresholds, tool_findings
 from evals.types import Comparison, Verdict
 from flows.config import (
+    AblationsThresholds,
     DeriskThresholds,
     HeroThresholds,
     OverfitThresholds,
@@ -158,6 +161,37 @@ def systems_gate(m: SystemsMeasured, t: SystemsThresholds) -> GateReport:
 
 
 @dataclass(frozen=True)
+class TrainTrend:
+    """The train reward early and late in a run: the means of its first and last quarter of steps (at least one
+    step each), and the standard error of their difference, √(s²_first/n_first + s²_last/n_last) (0 for one step)."""
+
+    first: float
+    last: float
+    se: float
+
+    @classmethod
+    def of(cls, rewards: Sequence[float]) -> TrainTrend | None:
+        """None for a run of under two steps (nothing to compare)."""
+        if len(rewards) < 2:
+            return None
+        quarter = max(1, len(rewards) // 4)
+        early, late = rewards[:quarter], rewards[-quarter:]
+        return cls(statistics.fmean(early), statistics.fmean(late), math.sqrt(_var_of_mean(early) + _var_of_mean(late)))
+
+    @property
+    def rose(self) -> bool:
+        """Rose beyond noise: last − first > 2 SE."""
+        return self.last - self.first > 2 * self.se
+
+    def __str__(self) -> str:
+        return f"train reward {self.first:.3f} → {self.last:.3f} (first vs last quarter of steps, SE {self.se:.3f})"
+
+
+def _var_of_mean(values: Sequence[float]) -> float:
+    return statistics.variance(values) / len(values) if len(values) > 1 else 0.0
+
+
+@dataclass(frozen=True)
 class OverfitMeasured:
     before: float
     """The subset's mean reward before training."""
@@ -166,6 +200,7 @@ class OverfitMeasured:
     p_value: float
     steps: int
     metrics: dict[str, Any] = field(default_factory=dict)
+    trend: TrainTrend | None = None
 
 
 def overfit_gate(m: OverfitMeasured, t: OverfitThresholds) -> GateReport:
@@ -174,7 +209,17 @@ def overfit_gate(m: OverfitMeasured, t: OverfitThresholds) -> GateReport:
         check("subset reward gain", m.gain, Op.GE, t.min_reward_gain, detail),
         check("one-sided p (paired over tasks)", m.p_value, Op.LE, t.max_p_value),
     ]
-    return GateReport.build(StageName.OVERFIT, criteria, metrics=m.metrics)
+    findings = []
+    if m.gain < t.min_reward_gain:
+        trend = f"; {m.trend}" if m.trend else ""
+        if m.after < m.before:
+            problem = f"the subset reward fell, {m.before:.3f} → {m.after:.3f}{trend}: the updates descend the reward"
+            advice = "check the sign of the advantages and of the policy loss (a flipped convention descends)"
+        else:
+            problem = f"the subset reward did not rise enough, {m.before:.3f} → {m.after:.3f}{trend}"
+            advice = "check the learning rate and that the steps change the weights; or give more steps"
+        findings.append(Finding(subject="training", problem=problem, advice=advice))
+    return GateReport.build(StageName.OVERFIT, criteria, findings, m.metrics)
 
 
 # --- 5 · ablations ---------------------------------------------------------------------------------------------------
@@ -194,6 +239,8 @@ class ArmResult:
     """The mechanisms it turns on relative to the baseline (``flows.mechanisms``)."""
     idle: Idle | None = None
     """Those of them that never acted; ``idle.inert`` when none acted."""
+    error: str | None = None
+    """What ended an arm that did not finish."""
 
     @property
     def inert(self) -> bool:
@@ -226,8 +273,12 @@ def landed_arm(arms: Sequence[ArmResult], baseline: str, prior: str) -> tuple[st
 
 
 def _arm_findings(a: ArmResult, landed: str) -> list[Finding]:
-    """Its verdict vs the baseline ("inert: …" for an inert arm), and its idle mechanisms when only some acted."""
+    """Its verdict vs the baseline ("inert: …" for an inert arm), its idle mechanisms when only some acted, or the
+    error that ended it."""
     findings = []
+    if not a.finished:
+        advice = "fix the cause (the stage log has the traceback), then retry: recipe stage ablations --run RUN"
+        findings.append(Finding(subject=a.name, problem=f"failed: {a.error or 'did not finish'}", advice=advice))
     if a.idle is not None:
         problem = f"{'inert' if a.idle.inert else 'idle'}: {a.idle.reason}"
         findings.append(Finding(subject=a.name, problem=problem, advice=a.idle.advice))
@@ -238,12 +289,21 @@ def _arm_findings(a: ArmResult, landed: str) -> list[Finding]:
     return findings
 
 
-def ablations_gate(arms: Sequence[ArmResult], landed: str, reason: str, metrics: dict[str, Any]) -> GateReport:
+def ablations_gate(
+    arms: Sequence[ArmResult],
+    landed: str,
+    reason: str,
+    metrics: dict[str, Any],
+    t: AblationsThresholds = AblationsThresholds(),  # noqa: B008 (frozen)
+) -> GateReport:
     finished = sum(a.finished for a in arms)
     criteria: list[GateCriterion] = [
         check("arms finished", finished, Op.EQ, len(arms), ", ".join(a.name for a in arms if not a.finished)),
         check("landed config chosen by the rule", 1.0, Op.EQ, 1.0, f"{landed}: {reason}"),
     ]
+    if t.max_inert_arms is not None:
+        inert = [a.name for a in arms if a.inert]
+        criteria.append(check("inert arms", len(inert), Op.LE, t.max_inert_arms, ", ".join(inert)))
     findings = [finding for a in arms for finding in _arm_findings(a, landed)]
     return GateReport.build(StageName.ABLATIONS, criteria, findings, metrics)
 
@@ -251,7 +311,9 @@ def ablations_gate(arms: Sequence[ArmResult], landed: str, reason: str, metrics:
 # --- 6 · hero --------------------------------------------------------------------------------------------------------
 
 
-def hero_gate(comparison: Comparison, steps: int, t: HeroThresholds, metrics: dict[str, Any]) -> GateReport:
+def hero_gate(
+    comparison: Comparison, steps: int, t: HeroThresholds, metrics: dict[str, Any], trend: TrainTrend | None = None
+) -> GateReport:
     c = comparison
     detail = (
         f"base {c.baseline_mean:.3f} → trained {c.candidate_mean:.3f}, Δ {c.mean_diff:+.3f} "
@@ -261,7 +323,17 @@ def hero_gate(comparison: Comparison, steps: int, t: HeroThresholds, metrics: di
         check("held-out Pass@1 gain, CI low end", c.ci_low, Op.GT, t.min_ci_low, detail),
         check("optimizer steps run", steps, Op.GE, 1),
     ]
-    return GateReport.build(StageName.HERO, criteria, metrics=metrics)
+    findings = []
+    if c.ci_low <= t.min_ci_low and trend is not None:
+        if trend.rose:
+            problem = f"the {trend} rose, but the held-out Pass@1 did not follow beyond noise"
+            advice = "more steps or held-out passes; check that the train tasks teach what the held-out ones test"
+        else:
+            problem = f"the {trend} did not rise beyond noise: the policy learned nothing from its rewards"
+            advice = "check that each trajectory is graded with its own reward (grading, group pairing) and the "
+            advice += "advantages reach the loss; the overfit gate passed on the same trainer"
+        findings.append(Finding(subject="training", problem=problem, advice=advice))
+    return GateReport.build(StageName.HERO, criteria, findings, metrics)
 
 
 # --- 7 · transfer ----------------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ MARKER = ".rl-recipe-compare"
 OWNED = re.compile(r"\.rl-recipe-compare|compare\.(md|html)|curves-[A-Za-z0-9._-]+\.png")
 """Every path (relative to the folder) a comparison writes."""
 COMPARE_DIR = "compare"
+Points = list[tuple[int, float]]
+"""(step, mean reward) of one training loop."""
 
 
 class CompareError(RecipeError, ValueError):
@@ -149,9 +151,9 @@ def _stage_tables(a: dict[str, StageManifest], b: dict[str, StageManifest]) -> l
     return found
 
 
-def _curve_series(store: RunStore) -> dict[str, dict[str, list[tuple[int, float]]]]:
+def _curve_series(store: RunStore) -> dict[str, dict[str, Points]]:
     """Per stage: each training loop's reward per step, from the run's catalog."""
-    by_stage: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    by_stage: dict[str, dict[str, Points]] = {}
     for row in Explorer(store).curves()["steps"]:
         if row["reward_mean"] is not None:
             loops = by_stage.setdefault(row["stage"], {})
@@ -159,33 +161,68 @@ def _curve_series(store: RunStore) -> dict[str, dict[str, list[tuple[int, float]
     return by_stage
 
 
-def _draw_curves(a: RunStore, b: RunStore, stage_folders: dict[str, str], folder: Path) -> list[tuple[str, Path, str]]:
-    """One chart per stage that trained in either run, both runs' loops overlaid: (name, path, file name)."""
+def _overlaid(a: RunStore, b: RunStore, stage_folders: dict[str, str]) -> list[tuple[str, dict[str, Points]]]:
+    """Per stage that trained in either run (its folder name), both runs' loops: ``A · <loop>``, ``B · <loop>``."""
     series_a, series_b = _curve_series(a), _curve_series(b)
-    charts = []
+    found = []
     for stage in sorted(set(series_a) | set(series_b), key=lambda s: _index(stage_folders.get(s, s))):
         series = {f"A · {loop}": points for loop, points in series_a.get(stage, {}).items()}
         series |= {f"B · {loop}": points for loop, points in series_b.get(stage, {}).items()}
-        label = stage_folders.get(stage, stage)
+        found.append((stage_folders.get(stage, stage), series))
+    return found
+
+
+def _draw_curves(a: RunStore, b: RunStore, stage_folders: dict[str, str], folder: Path) -> list[tuple[str, Path, str]]:
+    """One chart per stage that trained in either run, both runs' loops overlaid: (name, path, file name)."""
+    charts = []
+    for label, series in _overlaid(a, b, stage_folders):
         name = f"curves-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}.png"
         title = f"{label}: reward per step\nA: {a.run_id}\nB: {b.run_id}"
         charts.append((f"{label}: training curves", curves(folder / name, series, "mean reward", title), name))
     return charts
 
 
+def _sections(stages_a: dict[str, StageManifest], stages_b: dict[str, StageManifest]) -> list[tuple[str, Table]]:
+    """Every table of the comparison, in reading order, with its heading."""
+    return [
+        ("Stages", _stage_table(stages_a, stages_b)),
+        ("Gates", _gate_table(stages_a, stages_b)),
+        ("Metrics by stage", _metric_table(stages_a, stages_b)),
+        *_stage_tables(stages_a, stages_b),
+    ]
+
+
+def _provenance(letter: str, store: RunStore) -> str:
+    info = store.info()
+    return (
+        f"{letter}: {info.run_id}, profile {info.profile}, config hash {info.config_hash}, code "
+        f"{info.code_version.label}, created {info.created_at} on {info.host}"
+    )
+
+
+def comparison_data(a: RunStore, b: RunStore) -> dict[str, Any]:
+    """The comparison as JSON for the explorer's "Compare runs" view: each run's provenance line, the tables (heading,
+    header, rows) of ``compare.md``, and per stage both runs' reward curves (``A · <loop>`` / ``B · <loop>``)."""
+    check_pair(a, b)
+    stages_a, stages_b = _manifests(a), _manifests(b)
+    stage_folders = {m.stage: m.folder for m in (*stages_a.values(), *stages_b.values())}
+    return {
+        "runs": {"A": a.run_id, "B": b.run_id},
+        "provenance": [_provenance("A", a), _provenance("B", b)],
+        "tables": [
+            {"heading": heading, "header": t.header, "rows": t.rows} for heading, t in _sections(stages_a, stages_b)
+        ],
+        "curves": [{"stage": label, "series": series} for label, series in _overlaid(a, b, stage_folders)],
+    }
+
+
 def _fill(a: RunStore, b: RunStore, folder: Path) -> ReportFiles:
     info_a, info_b = a.info(), b.info()
     stages_a, stages_b = _manifests(a), _manifests(b)
     page = Page(f"rl-recipe: {info_a.run_id} (A) vs {info_b.run_id} (B)")
-    for letter, info in (("A", info_a), ("B", info_b)):
-        page.text(
-            f"**{letter}** `{info.run_id}`: profile **{info.profile}**, config hash `{info.config_hash}`, code "
-            f"`{info.code_version.label}`, created {info.created_at} on {info.host}"
-        )
-    page.section("Stages", _stage_table(stages_a, stages_b))
-    page.section("Gates", _gate_table(stages_a, stages_b))
-    page.section("Metrics by stage", _metric_table(stages_a, stages_b))
-    for heading, table in _stage_tables(stages_a, stages_b):
+    for letter, store in (("A", a), ("B", b)):
+        page.text(_provenance(letter, store))
+    for heading, table in _sections(stages_a, stages_b):
         page.section(heading, table)
     stage_folders = {m.stage: m.folder for m in (*stages_a.values(), *stages_b.values())}
     charts = _draw_curves(a, b, stage_folders, folder)

@@ -12,6 +12,9 @@ Routes (GET; every answer is JSON from ``queries.Explorer`` except the page and 
 ``/api/tools?stage=``           per-tool numbers (names the model invented: one ``unknown`` row) and the top error
                                 signatures with advice
 ``/api/curves``                 train steps, eval summaries, the stages' tables (ablation arms, transfer suites)
+``/api/runs``                   the other runs beside this one (its runs root), newest first: what it compares with
+``/api/compare-runs?with=``     this run (A) vs another of them (B), as ``recipe compare A B``: stages, every gate
+                                criterion, metrics B − A, the stages' tables, both runs' curves per stage
 ==============================  =====================================================================================
 
 A bad parameter answers 400 with ``{"error": message}``; a request another site's page sends (an ``Origin`` not the
@@ -35,8 +38,11 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from envs.errors import RecipeError
 from envs.net import LocalSiteGuard
-from tasks.explorer.queries import Explorer, Page, QueryError, TrajectoryFilter
+from tasks.comparison import comparison_data
+from tasks.explorer.queries import Explorer, Page, QueryError, TrajectoryFilter, clean
+from tasks.run_store import RunInfo, RunStore, all_runs
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 DATA_MARKER = "<!--EXPLORER_DATA-->"
@@ -93,6 +99,25 @@ def create_app(explorer: Explorer) -> Starlette:
     def curves(request: Request) -> Response:
         return _json(explorer.curves())
 
+    def other_runs() -> dict[str, tuple[RunInfo, RunStore]]:
+        """The runs beside this one, newest first: the only ones a page may name (never a path)."""
+        found = all_runs(explorer.store.root.parent)[::-1]
+        return {info.run_id: (info, store) for info, store in found if store.root != explorer.store.root}
+
+    def runs(request: Request) -> Response:
+        infos = [info for info, _ in other_runs().values()]
+        return _json([{"run_id": i.run_id, "profile": i.profile, "created_at": i.created_at} for i in infos])
+
+    def compare_runs(request: Request) -> Response:
+        other = request.query_params.get("with", "")
+        found = other_runs().get(other)
+        if found is None:
+            raise QueryError(f"no run {other!r} beside this one to compare with (GET /api/runs lists them)")
+        try:
+            return _json(clean(comparison_data(explorer.store, found[1])))
+        except RecipeError as error:
+            raise QueryError(str(error)) from None
+
     async def bad_query(request: Request, error: Exception) -> Response:
         return _json({"error": str(error)}, 400)
 
@@ -104,6 +129,8 @@ def create_app(explorer: Explorer) -> Starlette:
         Route("/api/compare", compare),
         Route("/api/tools", tools),
         Route("/api/curves", curves),
+        Route("/api/runs", runs),
+        Route("/api/compare-runs", compare_runs),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
     guard = Middleware(LocalSiteGuard, refuse=lambda reason: _json({"error": reason}, 403))

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import PROFILES_DIR, ProfileError, StageName, apply_overrides, load_profile
+from flows.config import PROFILES_DIR, Defect, ProfileError, StageName, apply_overrides, load_profile
+from flows.stage import stage_defects, stage_fingerprint
+from tasks.run_store import RunStore
 
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
@@ -92,3 +94,15 @@ def test_a_profile_extends_another_and_changes_only_what_it_names(tmp_path: Path
     bad.write_text("extends: [local]\nprofile: bad\n")
     with pytest.raises(ProfileError, match="extends names a profile"):
         load_profile(bad)
+
+
+def test_a_defect_is_an_input_of_its_own_stage_only(tmp_path: Path) -> None:
+    healthy = load_profile("smoke")
+    defective = healthy.model_copy(update={"defects": (Defect.INVERTED_ADVANTAGES,)})
+    store = RunStore(tmp_path / "run")
+    changed = [s for s in StageName if stage_fingerprint(healthy, s, store) != stage_fingerprint(defective, s, store)]
+    # A run resumed with the defect re-runs overfit (the stages after it follow through their upstream fingerprints)
+    # and reuses de-risk, TITO and systems; a healthy run's fingerprints do not mention defects at all.
+    assert changed == [StageName.OVERFIT]
+    assert stage_defects(defective, StageName.OVERFIT) == [Defect.INVERTED_ADVANTAGES]
+    assert stage_defects(defective, StageName.HERO) == []

@@ -2,9 +2,12 @@
 
 import pickle
 
+import pytest
+
 from envs.diagnostics import ToolStats
 from evals.types import Comparison, ComparisonMethod, Metric, Verdict
 from flows.config import (
+    AblationsThresholds,
     DeriskThresholds,
     HeroThresholds,
     OverfitThresholds,
@@ -20,6 +23,7 @@ from flows.stage_gates import (
     DeriskMeasured,
     OverfitMeasured,
     SystemsMeasured,
+    TrainTrend,
     ablations_gate,
     derisk_gate,
     hero_gate,
@@ -105,6 +109,27 @@ def test_overfit_gate_needs_the_gain_and_the_test() -> None:
     assert overfit_gate(OverfitMeasured(0.5, 0.65, 0.15, 0.01, 16), t).passed  # p ≤ max_p_value
 
 
+def test_train_trend_by_hand() -> None:
+    # 8 steps → quarters of 2: first [0.2, 0.4] mean 0.3, last [0.6, 0.8] mean 0.7;
+    # SE = √(var/n + var/n) with var = 0.02 (sample variance of two values 0.2 apart), n = 2 → √0.02 ≈ 0.1414
+    trend = TrainTrend.of([0.2, 0.4, 0.5, 0.5, 0.5, 0.5, 0.6, 0.8])
+    assert (trend.first, trend.last) == pytest.approx((0.3, 0.7)) and trend.se == pytest.approx(0.02**0.5)
+    assert trend.rose  # 0.4 > 2 · 0.1414
+    assert not TrainTrend.of([0.3, 0.1, 0.5, 0.3]).rose  # first 0.3, last 0.3 (quarters of one step, SE 0)
+    assert TrainTrend.of([0.5]) is None
+
+
+def test_a_failed_overfit_gate_says_whether_the_reward_fell_or_stood() -> None:
+    t = OverfitThresholds(min_reward_gain=0.1, max_p_value=0.01)
+    fell = overfit_gate(OverfitMeasured(0.5, 0.3, -0.2, 0.99, 16, trend=TrainTrend(0.5, 0.2, 0.02)), t)
+    [finding] = fell.findings
+    assert "the subset reward fell, 0.500 → 0.300; train reward 0.500 → 0.200" in finding.problem
+    assert "sign of the advantages" in finding.advice
+    [stood] = overfit_gate(OverfitMeasured(0.5, 0.52, 0.02, 0.3, 16), t).findings
+    assert "did not rise enough" in stood.problem and "learning rate" in stood.advice
+    assert not overfit_gate(OverfitMeasured(0.5, 0.65, 0.15, 0.001, 16), t).findings
+
+
 def test_landed_arm_rule() -> None:
     def arm(name, verdict, diff):
         return ArmResult(name, True, comparison(diff, diff - 0.05, diff + 0.05, verdict))
@@ -176,6 +201,17 @@ def test_hero_gate_wants_the_ci_above_zero() -> None:
     assert not hero_gate(comparison(0.05, -0.01, 0.11, Verdict.WITHIN_NOISE), 30, HeroThresholds(), {}).passed
 
 
+def test_a_failed_hero_gate_says_whether_the_train_reward_rose() -> None:
+    noise = comparison(0.0, -0.05, 0.05, Verdict.WITHIN_NOISE)
+    [flat] = hero_gate(noise, 30, HeroThresholds(), {}, TrainTrend(0.40, 0.41, 0.02)).findings
+    assert "did not rise beyond noise: the policy learned nothing from its rewards" in flat.problem
+    assert "its own reward" in flat.advice
+    [rose] = hero_gate(noise, 30, HeroThresholds(), {}, TrainTrend(0.40, 0.60, 0.02)).findings
+    assert "rose, but the held-out Pass@1 did not follow" in rose.problem
+    passed = hero_gate(comparison(0.07, 0.01, 0.13, Verdict.GAIN), 30, HeroThresholds(), {}, TrainTrend(0.4, 0.4, 0))
+    assert not passed.findings
+
+
 def test_transfer_gate_fails_only_on_a_regression_beyond_noise() -> None:
     suites = {
         "code_only": comparison(-0.02, -0.06, 0.02, Verdict.WITHIN_NOISE),
@@ -226,3 +262,18 @@ def test_a_zero_regression_bar_prints_as_zero_not_minus_zero() -> None:
     from tasks.report import fmt as cell
 
     assert cell(-0.0) == "0" and cell(-0.025) == "-0.025"  # recipe audit / report print the bar through this one
+
+
+def test_an_arm_that_crashed_is_a_finding_with_its_error() -> None:
+    arms = [ArmResult("baseline", True, None), ArmResult("dppo", False, None, error="DeliberateCrash: at step 1")]
+    report = ablations_gate(arms, "baseline", "reason", {})
+    [finding] = [f for f in report.findings if f.subject == "dppo"]
+    assert finding.problem == "failed: DeliberateCrash: at step 1" and "recipe stage ablations" in finding.advice
+
+
+def test_inert_arms_fail_the_ablations_gate_only_where_the_profile_sets_a_bar() -> None:
+    arms = [ArmResult("baseline", True, None), ArmResult("dppo", True, None, idle=INERT_DPPO)]
+    assert ablations_gate(arms, "baseline", "reason", {}).passed  # reported and never landed, not failed
+    report = ablations_gate(arms, "baseline", "reason", {}, AblationsThresholds(max_inert_arms=0))
+    [failed] = report.failed_criteria()
+    assert (failed.name, failed.measured, failed.detail) == ("inert arms", 1, "dppo")

@@ -40,6 +40,7 @@ TIMEOUT_MS = 15_000
 def runs_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("explorer") / "runs"
     build_sample_run(root)
+    build_sample_run(root, "sample-b", seed=1)  # a second run beside it, to compare with
     return root
 
 
@@ -204,6 +205,22 @@ def test_served_page_filters_opens_a_trajectory_compares_and_clicks_through(
     page.locator("table.list tbody tr").first.click()
     expect(page.locator("table.calls").first).to_contain_text("DROP TABLE", timeout=TIMEOUT_MS)
     assert page.title() != "pwned" and page.locator("main img").count() == 0  # the hostile error stayed text
+    assert not errors, errors
+
+
+def test_served_page_compares_the_run_with_another_beside_it(served, browser_page, shots) -> None:
+    from playwright.sync_api import expect
+
+    page, errors = browser_page
+    page.goto(served + "#/runs")
+    page.select_option("select[name=with]", "sample-b")
+    expect(page.locator("[data-compare=sample-vs-sample-b]")).to_be_visible(timeout=TIMEOUT_MS)
+    gates = page.locator("[data-table=Gates] table")
+    expect(gates).to_contain_text("oracle pass rate")
+    assert gates.locator("th").all_inner_texts()[:4] == ["stage", "criterion", "A measured", "A needs"]
+    legend = page.locator("div.chart").first.locator(".chart-legend li").all_inner_texts()
+    assert {name.split(" · ")[0] for name in legend} == {"A", "B"}, legend
+    page.screenshot(path=str(shots / "explorer-compare-runs.png"), full_page=True)
     assert not errors, errors
 
 

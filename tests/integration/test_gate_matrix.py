@@ -1,16 +1,23 @@
 """The gate matrix: each deliberate defect (``flows.config.Defect``) fails exactly its own stage's gate, with a
-finding that names the cause, while every stage before it passes (``make gate-matrix``; the smoke profile).
+finding that names the cause, while every stage before it passes (``make gate-matrix``).
+
+Two profiles. The plumbing defects (de-risk, TITO, systems, ablations) run on the smoke profile, each a smoke run
+stopped after the defect's stage. The learning gates (overfit, hero) need a profile whose bars can fail — smoke's
+pass any value — so they run on the local profile: one healthy local run passes all seven gates, then each learning
+defect resumes a copy of it with the defect, which re-runs the defect's stage (a defect is an input of its own
+stage only: ``flows.stage.stage_defects``) and reuses the healthy stages before it.
 
 The healthy smoke run passing all seven gates is ``test_pipeline``'s resume test; the known-bad tool variants failing
-de-risk are ``test_pipeline`` and ``test_derisk``'s. Each case here is a smoke run stopped after the defect's stage.
+de-risk are ``test_pipeline`` and ``test_derisk``'s.
 """
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from flows.config import Defect
+from flows.config import Defect, StageName
 from flows.pipeline import pipeline
 from tasks.run_store import RunStore, StageStatus
 
@@ -20,41 +27,102 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.gate_matrix
 @dataclass(frozen=True)
 class Case:
     defect: Defect
-    criterion: str
-    """The criterion that must fail (and be the only one that does)."""
+    criteria: tuple[str, ...]
+    """The criteria that must fail (and be the only ones that do)."""
     subject: str
     """The subject of the finding that names the cause."""
     problem: str
     """Text the finding's problem must contain."""
+    overrides: tuple[str, ...] = ()
+    """The case's own profile changes: the bar that catches it, where the profile does not set one."""
 
 
-CASES = [
-    Case(Defect.WRONG_ORACLE, "oracle pass rate", "ib-1-", "the oracle does not solve its task"),
-    Case(Defect.RETOKENIZING_HARNESS, "TITO misalignments", "harness", "other tokens than crossed the wire"),
+SMOKE_CASES = [
+    Case(Defect.WRONG_ORACLE, ("oracle pass rate",), "ib-1-", "the oracle does not solve its task"),
+    Case(Defect.RETOKENIZING_HARNESS, ("TITO misalignments",), "harness", "other tokens than crossed the wire"),
     Case(
-        Defect.PERTURBED_ENGINE_WEIGHTS, "train-inference mean |Δ logprob|", "engine weights", "differ from the trainer"
+        Defect.PERTURBED_ENGINE_WEIGHTS,
+        ("train-inference mean |Δ logprob|",),
+        "engine weights",
+        "differ from the trainer",
     ),
+    Case(Defect.CRASHING_ARM, ("arms finished",), "dppo_prompt_mean_nudge", "failed: DeliberateCrash"),
+    # Smoke reports inert arms without failing (one step of two groups can leave prompt_mean equal to token_mean):
+    # this case sets the bar, and enough groups that the healthy arm's aggregation acts.
+    Case(
+        Defect.IGNORED_ARM_CONFIG,
+        ("inert arms",),
+        "dppo_prompt_mean_nudge",
+        "inert: ",
+        ("stages.ablations.thresholds.max_inert_arms=0", "stages.ablations.prompts_per_step=4"),
+    ),
+]
+LEARNING_CASES = [
+    Case(
+        Defect.INVERTED_ADVANTAGES,
+        ("subset reward gain", "one-sided p (paired over tasks)"),
+        "training",
+        "the subset reward fell",
+    ),
+    Case(Defect.SHUFFLED_REWARDS, ("held-out Pass@1 gain, CI low end",), "training", "train reward"),
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda case: case.defect.value)
-def test_a_defect_fails_its_own_stage_and_only_it(prefect_harness, environment_data: Path, tmp_path, case) -> None:
+def assert_fails_its_own_stage(state, folder: Path, case: Case) -> None:
+    """The run failed at the defect's stage, on exactly ``case.criteria``, with the finding; every stage before it
+    passed."""
     stage = case.defect.stage
+    store = RunStore(folder)
+    statuses = {m.stage: m.status for m in store.manifests()}
+    assert state.name == "GateFailed", state
+    assert statuses[stage.value] is StageStatus.GATE_FAILED
+    assert all(statuses[earlier.value] is StageStatus.PASSED for earlier in list(StageName)[: stage.index - 1])
+    gate = store.manifest(stage.folder).gate
+    assert tuple(c["name"] for c in gate["criteria"] if not c["passed"]) == case.criteria, gate["criteria"]
+    findings = gate["findings"]
+    assert any(f["subject"].startswith(case.subject) and case.problem in f["problem"] for f in findings), findings
+
+
+@pytest.mark.parametrize("case", SMOKE_CASES, ids=lambda case: case.defect.value)
+def test_a_defect_fails_its_own_stage_and_only_it(prefect_harness, environment_data: Path, tmp_path, case) -> None:
     state = pipeline(
         profile="smoke",
-        overrides=(f"environment.data={environment_data}", f"defects=[{case.defect.value}]"),
-        stop_after=stage.value,
+        overrides=(f"environment.data={environment_data}", f"defects=[{case.defect.value}]", *case.overrides),
+        stop_after=case.defect.stage.value,
         runs_root=str(tmp_path),
         return_state=True,
     )
     [folder] = [p for p in tmp_path.iterdir() if (p / "run.json").exists()]
-    store = RunStore(folder)
-    statuses = {m.stage: m.status for m in store.manifests()}
-    assert state.name == "GateFailed"
-    assert statuses[stage.value] is StageStatus.GATE_FAILED
-    assert all(statuses[earlier.value] is StageStatus.PASSED for earlier in list(type(stage))[: stage.index - 1])
-    gate = store.manifest(stage.folder).gate
-    assert [c["name"] for c in gate["criteria"] if not c["passed"]] == [case.criterion], gate["criteria"]
-    assert any(f["subject"].startswith(case.subject) and case.problem in f["problem"] for f in gate["findings"]), gate[
-        "findings"
-    ]
+    assert_fails_its_own_stage(state, folder, case)
+
+
+@pytest.fixture(scope="module")
+def healthy_local_run(prefect_harness, tmp_path_factory) -> Path:
+    """The local profile end to end, every gate passing: the learning defects' healthy twin (~15 min on 2 cores)."""
+    runs_root = tmp_path_factory.mktemp("healthy")
+    state = pipeline(profile="local", runs_root=str(runs_root), return_state=True)
+    [folder] = [p for p in runs_root.iterdir() if (p / "run.json").exists()]
+    statuses = {m.stage: m.status for m in RunStore(folder).manifests()}
+    assert state.is_completed() and set(statuses.values()) == {StageStatus.PASSED}, statuses
+    return folder
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("case", LEARNING_CASES, ids=lambda case: case.defect.value)
+def test_a_learning_defect_fails_its_own_gate_where_the_healthy_run_passed(
+    healthy_local_run: Path, tmp_path, case
+) -> None:
+    copy = tmp_path / healthy_local_run.name
+    shutil.copytree(healthy_local_run, copy)
+    state = pipeline(
+        profile=None,
+        resume=copy.name,
+        overrides=(f"defects=[{case.defect.value}]",),
+        stop_after=case.defect.stage.value,
+        runs_root=str(tmp_path),
+        return_state=True,
+    )
+    assert_fails_its_own_stage(state, copy, case)
+    healthy, defective = RunStore(healthy_local_run), RunStore(copy)
+    for earlier in list(StageName)[: case.defect.stage.index - 1]:  # reused, not run again
+        assert defective.manifest(earlier.folder) == healthy.manifest(earlier.folder)

@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from flows.cli import USAGE_ERROR, main
 from tasks import comparison
 from tasks.catalog import Catalog
 from tasks.comparison import MARKER, default_out, write_comparison
+from tasks.explorer.queries import Explorer
+from tasks.explorer.server import create_app
 from tasks.run_store import RunStore, StageStatus
 from tests.tasks.run_folders import add_stage, criterion, make_run, overfit
 
@@ -118,3 +121,20 @@ def test_the_folder_is_inside_neither_run_and_never_someone_else_s(
     (mine / "notes.txt").write_text("keep me")
     assert "no .rl-recipe-compare" in _refused(["compare", "local-1", "local-2", *root, "--out", str(mine)], capsys)
     assert (mine / "notes.txt").read_text() == "keep me"
+
+
+def test_the_explorer_compares_its_run_with_another_beside_it(runs: tuple[RunStore, RunStore]) -> None:
+    client = TestClient(create_app(Explorer(runs[0])))
+    assert [r["run_id"] for r in client.get("/api/runs").json()] == ["local-2"]  # the others, never itself
+    data = client.get("/api/compare-runs", params={"with": "local-2"}).json()
+    assert data["runs"] == {"A": "local-1", "B": "local-2"} and data["provenance"][0].startswith("A: local-1")
+    tables = {t["heading"]: t for t in data["tables"]}
+    gain = ["4-overfit", "subset reward gain", "0.3", ">= 0.05", "pass", "0.01", ">= 0.05", "FAIL"]
+    assert gain in tables["Gates"]["rows"]
+    assert list(tables) == [t for t, _ in comparison._sections(*(comparison._manifests(s) for s in runs))]
+    [curves] = data["curves"]
+    assert curves["stage"] == "4-overfit" and set(curves["series"]) == {"A · overfit", "B · overfit"}
+    # only a run listed beside it, by id: never a path, never itself
+    for bad in ("../local-2", "/etc", "local-1", "nope", ""):
+        response = client.get("/api/compare-runs", params={"with": bad})
+        assert response.status_code == 400 and "to compare with" in response.json()["error"], bad

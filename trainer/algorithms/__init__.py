@@ -33,6 +33,7 @@ __getattr__, __all__ = lazy_exports(
         ],
         "trainer.algorithms.aggregation": ["AGGREGATIONS", "token_weights"],
         "trainer.algorithms.config": ["AdvantageEstimator", "Aggregation", "AlgorithmConfig", "PolicyLoss", "TisMode"],
+        "trainer.algorithms.defects": ["RewardDefect", "shifted_within_groups"],
         "trainer.algorithms.filters": ["adaptive_length_penalty", "overlong_filter", "zero_variance_filter"],
         "trainer.algorithms.groups": ["GroupIndex", "group_index"],
         "trainer.algorithms.losses": ["POLICY_LOSSES", "bernoulli_kl", "off_policy_correction", "policy_loss"],

@@ -17,6 +17,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trainer.algorithms.defects import RewardDefect
+
 
 class AdvantageEstimator(StrEnum):
     GRPO = "grpo"
@@ -103,6 +105,11 @@ class AlgorithmConfig(BaseModel):
     """Adaptive length penalty per environment (tool-observation) token; 0 turns it off."""
     alp_solve_threshold: float = 1.0
     """A rollout counts as solved for the ALP solve rate when its reward is ≥ this (1.0: every criterion met)."""
+
+    # --- deliberate defects (the gate matrix only) ----------------------------------------------------------------
+    defect: RewardDefect = RewardDefect.NONE
+    """A bug of the reward → advantage path (``trainer.algorithms.defects``) that a learning gate must catch; none in
+    a real run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Self:

@@ -13,6 +13,9 @@ in this order (shared/RECIPE.md, "Filters and shaping"):
 5. token weights of the configured aggregation over the WHOLE mini-batch (``token_weights``), so any split into
    micro-batches sums to the same loss and gradient.
 
+A deliberate defect of the config (``AlgorithmConfig.defect``, the gate matrix only) shuffles the rewards within
+groups before step 1 or flips the advantages' sign after step 4 (``trainer.algorithms.defects``).
+
 Tensors are right-padded to the longest trajectory (T); ``lengths_B`` holds the true lengths. ``stats`` records what
 the steps did, among it the activity of the switchable mechanisms (``trainer.algorithms.activity``): the mean length
 penalty, the share of kept trajectories the overlong filter masked, how far the token weights are from token_mean's,
@@ -35,12 +38,14 @@ from torch import Tensor
 from envs.types import Trajectory
 from trainer.algorithms import (
     AlgorithmConfig,
+    RewardDefect,
     adaptive_length_penalty,
     broadcast_to_tokens,
     compute_advantages,
     length_penalty_mean,
     overlong_dropped_share,
     overlong_filter,
+    shifted_within_groups,
     token_weights,
     weights_vs_token_mean,
     zero_variance_filter,
@@ -114,6 +119,8 @@ class TrainBatch:
             _check_trajectory(trajectory)
         raw_rewards_B = torch.tensor([t.reward for t in trajectories], dtype=torch.float32)
         group_ids_B = [t.group_id for t in trajectories]
+        if config.defect is RewardDefect.SHUFFLED_REWARDS:
+            raw_rewards_B = shifted_within_groups(raw_rewards_B, group_ids_B)
         assistant_B = torch.tensor([sum(t.loss_mask) for t in trajectories])
         env_B = torch.tensor([len(t.tokens) - t.prompt_len for t in trajectories]) - assistant_B
         penalty_B = adaptive_length_penalty(
@@ -148,6 +155,8 @@ class TrainBatch:
             loss_mask_BT = overlong_filter(loss_mask_BT, stop_reasons_B)
 
         advantages_B = compute_advantages(kept_rewards_B, kept_group_ids_B, config)
+        if config.defect is RewardDefect.INVERTED_ADVANTAGES:
+            advantages_B = -advantages_B
         weights_BT = token_weights(loss_mask_BT, kept_group_ids_B, config.aggregation, config.token_sum_norm_len)
         return cls(
             tokens_BT=tokens_BT,

@@ -308,7 +308,9 @@ async def run_async(
         workers = [tasks.create_task(loop.supervised_worker()) for _ in range(config.workers)]
         last_wall = history.wall_s
         while loop.steps_done < config.steps:
-            record, finished = await loop.train(await loop.next_batch(), clock, last_wall)
+            batch = await loop.next_batch()
+            config.crash_if_due(loop.steps_done + 1)
+            record, finished = await loop.train(batch, clock, last_wall)
             last_wall = record.wall_s
             if config.eval_due(record.step):
                 with clock.stopped():

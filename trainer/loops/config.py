@@ -23,6 +23,10 @@ from trainer.loops.stream import TaskFilter
 from trainer.vllm.remote import RemoteEngines
 
 
+class DeliberateCrash(RuntimeError):
+    """The gate matrix's crashing loop (``LoopConfig.crash_at_step``)."""
+
+
 class LoopConfig(BaseModel):
     """Knobs both loops share. Defaults suit the local profile's toy tier; the harness must match the base model's."""
 
@@ -62,11 +66,20 @@ class LoopConfig(BaseModel):
     policy's weights plus Gaussian noise of this size relative to each tensor's std (``perturb_weights_``), so it
     serves other weights than the trainer holds. 0 in every real run."""
 
+    crash_at_step: int = Field(0, ge=0)
+    """A deliberate defect (the gate matrix's ``crashing_arm``): the loop raises ``DeliberateCrash`` when this step's
+    rollouts are in, before its optimizer step (0: never). 0 in every real run."""
+
     @model_validator(mode="after")
     def _noise_in_process_only(self) -> Self:
         if self.engine_weight_noise > 0 and self.engines is not None:
             raise ValueError("engine_weight_noise perturbs the in-process engine, and these loops use engine servers")
         return self
+
+    def crash_if_due(self, step: int) -> None:
+        """The ``crash_at_step`` defect: raise at that step."""
+        if step == self.crash_at_step:
+            raise DeliberateCrash(f"deliberate defect: the loop crashed at step {step} (crash_at_step)")
 
     def engine_client(self, engine: Engine) -> InProcessEngine:
         """The harness's completions over ``engine`` in this process, through this config's engine faults if any."""

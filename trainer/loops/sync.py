@@ -80,6 +80,7 @@ async def sync_loop(job: LoopJob, config: SyncLoopConfig) -> LoopHistory:
             cursor += config.prompts_per_step
             record, everyone, flat = await generator.step(step, positions)
             job.hooks.rollouts(step, everyone)
+            config.crash_if_due(step)
             await _train(trainer, client, flat, record, config)
             record.wall_s = clock.now()
             if config.eval_due(step):

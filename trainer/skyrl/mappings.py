@@ -27,6 +27,7 @@ from typing import Any
 
 from envs.errors import RecipeError
 from trainer.algorithms.config import AdvantageEstimator, Aggregation, AlgorithmConfig, PolicyLoss, TisMode
+from trainer.algorithms.defects import RewardDefect
 from trainer.local.trainer import LRSchedule
 
 
@@ -133,6 +134,11 @@ LR_SCHEDULES: dict[LRSchedule, str | Unsupported] = {
 
 def algorithm_keys(algorithm: AlgorithmConfig) -> dict[str, Any]:
     """Every ``trainer.algorithm.*`` key (relative) our algorithm config sets in SkyRL, from the tables above."""
+    if algorithm.defect is not RewardDefect.NONE:
+        raise UnsupportedSetting(
+            f"trainer.algorithm.defect {algorithm.defect.value!r} is a gate-matrix defect of our local trainer; "
+            "SkyRL jobs run without defects"
+        )
     keys: dict[str, Any] = {}
     for table, member in (
         (ADVANTAGES, algorithm.advantage_estimator),

@@ -8,6 +8,8 @@
  *   #/tools?stage=S               per-tool numbers (invented tool names as one "unknown tool" row below) and error
  *                                 signatures; every number links to its trajectories
  *   #/curves                      reward / Pass@1 per step, one card per stage (inline SVG), eval summaries, tables
+ *   #/runs?with=B                 this run (A) vs another run beside it (B), as `recipe compare A B`: stages, gate
+ *                                 criteria, metrics, the stages' tables, both runs' curves per stage (served only)
  *
  * Data comes from the JSON API (recipe view RUN) or, in a static export (recipe view RUN --static OUT), from
  * window.EXPLORER_STATIC plus one data/t/ID.js script per trajectory; `api` hides which. Every value reaches the page
@@ -123,6 +125,8 @@ const httpApi = {
   compare: (taskId) => getJSON("api/compare?" + new URLSearchParams({ task_id: taskId })),
   tools: (stage) => getJSON("api/tools?" + new URLSearchParams({ stage: stage || "" })),
   curves: () => getJSON("api/curves"),
+  runs: () => getJSON("api/runs"),
+  compareRuns: (other) => getJSON("api/compare-runs?" + new URLSearchParams({ with: other })),
 };
 
 function staticApi(data) {
@@ -183,6 +187,8 @@ function staticApi(data) {
     compare: async (taskId) => ({ task_id: taskId, rows: data.rows.filter((row) => row.task_id === taskId) }),
     tools: async (stage) => data.tools[stage || ""] || { stage, tools: [], signatures: [] },
     curves: async () => data.curves,
+    runs: async () => { throw new Error("a static export holds one run: compare runs in `recipe view RUN` or with `recipe compare A B`"); },
+    compareRuns: async () => { throw new Error("a static export holds one run"); },
   };
 }
 
@@ -211,7 +217,7 @@ async function render() {
     const target = a.dataset.view;
     a.classList.toggle("active", target === view || (target === "trajectories" && (view === "t" || view === "compare")));
   }
-  const views = { stages: stagesView, trajectories: listView, t: trajectoryView, compare: compareView, tools: toolsView, curves: curvesView };
+  const views = { stages: stagesView, trajectories: listView, t: trajectoryView, compare: compareView, tools: toolsView, curves: curvesView, runs: runsView };
   const build = views[view] || stagesView;
   try {
     const content = await build(params, parts);
@@ -235,6 +241,7 @@ async function start() {
   document.getElementById("run-title").textContent =
     `run ${run.run_id} · profile ${run.profile} · code ${code}${STATIC ? " · static export" : ""}`;
   document.title = `${run.run_id} · trace explorer`;
+  if (STATIC) document.querySelector('nav a[data-view="runs"]').remove(); // one run in the folder: nothing to compare
   window.addEventListener("hashchange", render);
   await render();
 }
@@ -647,6 +654,25 @@ async function curvesView() {
   return h("div", {}, h("h2", {}, "Curves"), data.steps.length ? stageCurves(data.steps) : h("p", { class: "muted" }, "No train step recorded."),
     h("h3", {}, "Evals (Pass@1 = mean pass over trials)"), evals,
     h("h2", {}, "Stage tables"), tables.length ? tables : h("p", { class: "muted" }, "No stage recorded a table (ablation arms, transfer suites)."));
+}
+
+// --- compare runs ---------------------------------------------------------------------------------------------------
+
+async function runsView(params) {
+  const others = await api.runs();
+  const pick = h("select", { name: "with", onchange: (e) => { location.hash = route("runs", { with: e.target.value }); } },
+    h("option", { value: "" }, others.length ? "choose a run…" : "no other run beside this one"),
+    others.map((r) => h("option", { value: r.run_id, selected: r.run_id === params.with }, `${r.run_id} (${r.profile}, ${r.created_at})`)));
+  const head = h("div", { class: "filters" }, h("label", {}, "compare this run (A) with (B) ", pick));
+  if (!params.with) return h("div", {}, h("h2", {}, "Compare runs"), head);
+  const data = await api.compareRuns(params.with);
+  const tables = data.tables.map((t) => h("div", { class: "card", "data-table": t.heading },
+    h("h3", {}, t.heading), table(t.header, t.rows, { class: "stage-table" })));
+  const charts = data.curves.map((c) => lineChart(`${c.stage}: mean reward per step`,
+    Object.entries(c.series).map(([name, points]) => ({ name, dashed: name.startsWith("B "), points })), "reward"));
+  return h("div", { "data-compare": `${data.runs.A}-vs-${data.runs.B}` }, h("h2", {}, "Compare runs"), head,
+    data.provenance.map((line) => h("p", { class: "muted" }, line)), tables,
+    h("h3", {}, "Training curves (B dashed)"), charts.length ? h("div", { class: "charts" }, charts) : h("p", { class: "muted" }, "Neither run trained."));
 }
 
 start();

@@ -30,6 +30,7 @@ from trainer.loops import (
     run_async_loop,
     run_sync_loop,
 )
+from trainer.loops.config import DeliberateCrash
 from trainer.loops.engine_adapter import InProcessEngine
 from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
 
@@ -104,6 +105,14 @@ def assert_carries_the_harness(out: Path) -> None:
     """The newest checkpoint's policy folder holds the loop's harness and apps, nudge and seed stored off."""
     stored = read_policy_harness(latest_checkpoint(out / "checkpoints") / "policy")
     assert stored == PolicyHarness(apps=("filesystem",), harness=HARNESS.model_copy(update={"seed": None}))
+
+
+def test_a_loop_with_the_crash_defect_raises_at_its_step_before_training(env, policy_dir, tmp_path):
+    data, tasks = env
+    job = LoopJob(policy_dir, tasks, data / "worlds", tmp_path, envs_for=coin_envs(data / "worlds"))
+    with pytest.raises(DeliberateCrash, match="crashed at step 2"):
+        run_sync_loop(job, config(SyncLoopConfig, 3, crash_at_step=2))
+    assert latest_checkpoint(tmp_path / "checkpoints").name == "step-00000001"  # step 2 never trained
 
 
 def test_sync_resume_continues_the_exact_task_stream(env, policy_dir, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 from flows.commands.cluster import skyrl_run
 from flows.config import load_profile
 from trainer.algorithms.config import AdvantageEstimator, Aggregation, AlgorithmConfig, PolicyLoss, TisMode
+from trainer.algorithms.defects import RewardDefect
 from trainer.local.trainer import LRSchedule
 from trainer.skyrl.mappings import (
     ADVANTAGES,
@@ -194,3 +195,8 @@ def test_settings_skyrl_cannot_express_are_one_clear_error(change: dict, message
     config = load_profile("qwen36-35b", [f"{k}={v}" for k, v in change.items()])
     with pytest.raises(UnsupportedSetting, match=message.replace("[", r"\[")):
         render(skyrl_run(config))
+
+
+def test_a_gate_matrix_defect_never_reaches_a_skyrl_job() -> None:
+    with pytest.raises(UnsupportedSetting, match="gate-matrix defect"):
+        algorithm_keys(AlgorithmConfig(defect=RewardDefect.SHUFFLED_REWARDS))
