@@ -36,7 +36,8 @@ test: install
 test-slow: install
 	$(PY) -m pytest -m slow
 
-# The gate matrix: each deliberate defect (profile `defects:`) fails its own stage's gate on the smoke profile.
+# The gate matrix: each deliberate defect (profile `defects:`) fails its own stage's gate — the plumbing defects on the
+# smoke profile, the learning ones on copies of one healthy local run (which bootstraps the local base if not cached).
 gate-matrix: install
 	$(PY) -m pytest -m gate_matrix
 

@@ -2,7 +2,8 @@
 
 1. Every arm (default: the recipe's grid — baseline token_mean + GLM-5 loss, prompt_mean, context nudge, DPPO,
    DPPO + prompt_mean + nudge, + overlong filtering, + adaptive length penalty) trains from the same base with the
-   same seed and task stream, for the same steps, with the tuned knobs.
+   same seed and task stream, for the same steps, with the tuned knobs: synchronously (on-policy), or with
+   ``loop: async`` as the hero trains (the run's workers and staleness bound: off-policy, so DPPO's mask can act).
 2. Each arm's final checkpoint runs ``eval_passes`` passes of the held-out set (evals run without the nudge).
 3. Each arm's mechanism activity over its training steps (``trainer.algorithms.activity``, recorded per step in its
    history): nudges inserted, the share of tokens DPPO masked and mean |π/μ − 1|, the share of trajectories the
@@ -24,6 +25,7 @@ activity figures. Output ``landed``: the arm's algorithm changes and nudge, for 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +42,12 @@ from flows.stage import DEFAULT_RUNS_ROOT, StageRun, TrainingSetup, open_stage
 from flows.stage_gates import ArmResult, ablations_gate, landed_arm
 from tasks.artifacts import log, publish_table
 from tasks.plots import estimate_bars
-from tasks.training import LoopKind, loop_config
+from tasks.training import loop_config
 from tasks.validation import Suite
 from trainer.algorithms import AlgorithmConfig, MechanismActivity
+
+LOSS_RTOL = 1e-5
+"""Two runs of the same computation differ in a loss's 7th digit (threaded float sums); different settings, more."""
 
 
 @flow(name="ablations", log_prints=True)
@@ -52,18 +57,18 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         section: AblationsStage = stage.section
         setup = stage.training_setup()
         tasks = stage.variance_tasks(setup.train)
-        evals, activities, errors = {}, {}, {}
+        evals, activities, losses, errors = {}, {}, {}, {}
         for arm_name in section.arms:
             try:
                 with stage.timed(f"arm_{arm_name}"):
-                    evals[arm_name], activities[arm_name] = _run_arm(stage, setup, tasks, arm_name)
+                    evals[arm_name], activities[arm_name], losses[arm_name] = _run_arm(stage, setup, tasks, arm_name)
             except Exception as error:  # one arm's failure is a finding of this stage, not the end of the others
                 errors[arm_name] = f"{type(error).__name__}: {error}"
                 log("arm %s failed: %s", arm_name, errors[arm_name])
         stage.validate(Suite.EVAL_RESULTS)
 
         setups = _arm_setups(stage.config.trainer.algorithm, section)
-        arms = _arm_results(evals, activities, errors, setups, section)
+        arms = _arm_results(evals, activities, errors, setups, section, _same_as_baseline(losses, section.baseline))
         landed, reason = landed_arm(arms, section.baseline, section.prior)
         table = _table(arms, evals, errors, landed)
         atomic_write_json(stage.dir / "ablations.json", table)
@@ -86,16 +91,17 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
 
 def _run_arm(
     stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str
-) -> tuple[EvalResult, MechanismActivity | None]:
+) -> tuple[EvalResult, MechanismActivity | None, tuple[float | None, ...]]:
     """Train one arm from the base on ``tasks`` (those with reward variance), then evaluate it on the held-out set;
-    its held-out result and its mechanisms' activity over the training steps."""
+    its held-out result, its mechanisms' activity over the training steps and each step's loss."""
     section: AblationsStage = stage.section
     arm = section.arms[arm_name]
     if Defect.IGNORED_ARM_CONFIG in stage.defects and arm_name == _first_arm_after_baseline(section):
         log("defect %s: arm %s trains with the baseline's settings", Defect.IGNORED_ARM_CONFIG.value, arm_name)
         arm = section.arms[section.baseline]
+    rollout = stage.config.rollout
     loop = loop_config(
-        LoopKind.SYNC,
+        section.loop,
         task_ids=[t.task_id for t in tasks],
         settings=setup.nudged(arm.context_nudge),
         trainer=stage.tuned_trainer(arm.algorithm),
@@ -105,6 +111,9 @@ def _run_arm(
         seed=stage.config.seed,
         checkpoint_every=0,
         max_num_seqs=setup.engine.max_num_seqs,
+        workers=int(stage.knobs()["workers"]),
+        max_staleness=rollout.max_staleness,
+        runtime=stage.config.backends.runtime,
     )
     if Defect.CRASHING_ARM in stage.defects and arm_name == _first_arm_after_baseline(section):
         log("defect %s: arm %s crashes at its first step", Defect.CRASHING_ARM.value, arm_name)
@@ -112,7 +121,22 @@ def _run_arm(
     trained = stage.train(arm_name, setup.policy, tasks, loop)
     # Evals run without the nudge: the arm is measured on what its training changed.
     job = setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes)
-    return stage.evaluate(job), trained.history.activity()
+    return stage.evaluate(job), trained.history.activity(), tuple(r.loss for r in trained.history.steps)
+
+
+def _same_as_baseline(losses: dict[str, tuple[float | None, ...]], baseline: str) -> set[str]:
+    """The arms whose every step's loss equals the baseline's (to float round-off, ``LOSS_RTOL``): they trained as the
+    baseline did (the same seed and task stream), so their settings changed nothing — or never reached the trainer."""
+    reference = losses.get(baseline)
+
+    def equal(a: float | None, b: float | None) -> bool:
+        return a is b or (a is not None and b is not None and math.isclose(a, b, rel_tol=LOSS_RTOL, abs_tol=1e-9))
+
+    return {
+        name
+        for name, own in losses.items()
+        if name != baseline and reference and len(own) == len(reference) and all(map(equal, own, reference))
+    }
 
 
 def _first_arm_after_baseline(section: AblationsStage) -> str:
@@ -133,6 +157,7 @@ def _arm_results(
     errors: dict[str, str],
     setups: dict[str, ArmSetup],
     section: AblationsStage,
+    same_as_baseline: set[str],
 ) -> list[ArmResult]:
     """Each arm's held-out mean reward, its paired comparison with the baseline (when both finished), the mechanisms
     it turns on and which of them never acted, or the error that ended it."""
@@ -161,6 +186,7 @@ def _arm_results(
                 mechanisms=tuple(m.name for m in mechanisms),
                 idle=idle,
                 error=errors.get(arm_name),
+                same_as_baseline=arm_name in same_as_baseline,
             )
         )
     return arms

@@ -35,7 +35,7 @@ from envs.types import Tier
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.algorithms.defects import RewardDefect
 from trainer.local.config import Layout, TrainerConfig
-from trainer.loops.kinds import RuntimeKind
+from trainer.loops.kinds import LoopKind, RuntimeKind
 from trainer.specs import BootstrapSpec
 from trainer.vllm.launch import Device
 
@@ -474,6 +474,9 @@ class AblationsStage(_Section):
     eval_passes: int = Field(2, ge=1, le=MAX_STEPS)
     """k passes of the held-out set per arm."""
     confidence: float = Field(0.95, gt=0, lt=1)
+    loop: LoopKind = LoopKind.SYNC
+    """How each arm trains: sync (on-policy: DPPO's trust region and TIS never act), or async with the run's workers,
+    staleness bound and runtime (off-policy, as the hero trains: the DPPO arms measure their mask)."""
     thresholds: AblationsThresholds = AblationsThresholds()
 
     @model_validator(mode="after")

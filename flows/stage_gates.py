@@ -241,6 +241,8 @@ class ArmResult:
     """Those of them that never acted; ``idle.inert`` when none acted."""
     error: str | None = None
     """What ended an arm that did not finish."""
+    same_as_baseline: bool = False
+    """Every training step's loss equalled the baseline arm's: it trained exactly as the baseline did."""
 
     @property
     def inert(self) -> bool:
@@ -282,6 +284,10 @@ def _arm_findings(a: ArmResult, landed: str) -> list[Finding]:
     if a.idle is not None:
         problem = f"{'inert' if a.idle.inert else 'idle'}: {a.idle.reason}"
         findings.append(Finding(subject=a.name, problem=problem, advice=a.idle.advice))
+    if a.same_as_baseline:
+        problem = "trained exactly as the baseline did (every step's loss equal to the baseline's)"
+        advice = "check that the arm's settings reach the trainer; if they do, they changed nothing here"
+        findings.append(Finding(subject=a.name, problem=problem, advice=advice))
     if a.comparison is not None and not a.inert:
         c = a.comparison
         problem = f"{c.verdict.value}: Δ {c.mean_diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}]"

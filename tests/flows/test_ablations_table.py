@@ -1,7 +1,7 @@
 """The ablation stage's table (ablations.json, the explorer's stage table): activity columns, the inert verdict."""
 
 from evals.types import Comparison, ComparisonMethod, Metric, Verdict
-from flows.ablations import _arm_setups, _table
+from flows.ablations import _arm_setups, _same_as_baseline, _table
 from flows.config import AblationsStage
 from flows.mechanisms import Idle
 from flows.stage_gates import ArmResult
@@ -36,3 +36,11 @@ def test_arm_setups_are_the_profiles_algorithm_with_the_arms_changes() -> None:
     setups = _arm_setups(AlgorithmConfig(zero_variance_tol=0.5), AblationsStage())
     assert setups["baseline"].algorithm.policy_loss == "glm5" and setups["baseline"].algorithm.zero_variance_tol == 0.5
     assert setups["plus_overlong_filter"].algorithm.overlong_filter and setups["plus_overlong_filter"].context_nudge
+
+
+def test_arms_whose_every_loss_equals_the_baselines_trained_as_the_baseline() -> None:
+    # "same" differs in the 7th digit (threaded float sums of one computation), "other" in the 3rd
+    baseline = (-0.059445224702358246, 0.25)
+    losses = {"baseline": baseline, "same": (-0.05944519862532616, 0.25), "other": (-0.0596, 0.25), "crashed": ()}
+    assert _same_as_baseline(losses, "baseline") == {"same"}
+    assert _same_as_baseline({"same": (0.5,)}, "baseline") == set()  # no baseline to compare with: nothing claimed

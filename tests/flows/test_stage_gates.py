@@ -277,3 +277,10 @@ def test_inert_arms_fail_the_ablations_gate_only_where_the_profile_sets_a_bar() 
     report = ablations_gate(arms, "baseline", "reason", {}, AblationsThresholds(max_inert_arms=0))
     [failed] = report.failed_criteria()
     assert (failed.name, failed.measured, failed.detail) == ("inert arms", 1, "dppo")
+
+
+def test_an_arm_that_trained_exactly_as_the_baseline_is_a_finding() -> None:
+    arms = [ArmResult("baseline", True, None), ArmResult("nudge", True, None, same_as_baseline=True)]
+    [finding] = ablations_gate(arms, "baseline", "reason", {}).findings
+    assert finding.subject == "nudge" and "trained exactly as the baseline did" in finding.problem
+    assert "settings reach the trainer" in finding.advice

@@ -53,7 +53,7 @@ SMOKE_CASES = [
         Defect.IGNORED_ARM_CONFIG,
         ("inert arms",),
         "dppo_prompt_mean_nudge",
-        "inert: ",
+        "trained exactly as the baseline did",
         ("stages.ablations.thresholds.max_inert_arms=0", "stages.ablations.prompts_per_step=4"),
     ),
 ]
