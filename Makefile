@@ -31,7 +31,7 @@ demo: install
 	$(VENV)/bin/recipe run --profile local
 
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=10
 
 test-slow: install
 	$(PY) -m pytest -m slow
