@@ -183,6 +183,11 @@ class TrainTrend:
         """Rose beyond noise: last − first > 2 SE."""
         return self.last - self.first > 2 * self.se
 
+    @property
+    def fell(self) -> bool:
+        """Fell beyond noise: first − last > 2 SE."""
+        return self.first - self.last > 2 * self.se
+
     def __str__(self) -> str:
         return f"train reward {self.first:.3f} → {self.last:.3f} (first vs last quarter of steps, SE {self.se:.3f})"
 
@@ -335,7 +340,12 @@ def hero_gate(
             problem = f"the {trend} rose, but the held-out Pass@1 did not follow beyond noise"
             advice = "more steps or held-out passes; check that the train tasks teach what the held-out ones test"
         else:
-            problem = f"the {trend} did not rise beyond noise: the policy learned nothing from its rewards"
+            verdict = (
+                "fell: training on its rewards made the policy worse"
+                if trend.fell
+                else ("did not rise beyond noise: the policy learned nothing from its rewards")
+            )
+            problem = f"the {trend} {verdict}"
             advice = "check that each trajectory is graded with its own reward (grading, group pairing) and the "
             advice += "advantages reach the loss; the overfit gate passed on the same trainer"
         findings.append(Finding(subject="training", problem=problem, advice=advice))

@@ -115,7 +115,8 @@ def test_train_trend_by_hand() -> None:
     trend = TrainTrend.of([0.2, 0.4, 0.5, 0.5, 0.5, 0.5, 0.6, 0.8])
     assert (trend.first, trend.last) == pytest.approx((0.3, 0.7)) and trend.se == pytest.approx(0.02**0.5)
     assert trend.rose  # 0.4 > 2 · 0.1414
-    assert not TrainTrend.of([0.3, 0.1, 0.5, 0.3]).rose  # first 0.3, last 0.3 (quarters of one step, SE 0)
+    flat = TrainTrend.of([0.3, 0.1, 0.5, 0.3])  # first 0.3, last 0.3 (quarters of one step, SE 0)
+    assert not flat.rose and not flat.fell
     assert TrainTrend.of([0.5]) is None
 
 
@@ -206,6 +207,8 @@ def test_a_failed_hero_gate_says_whether_the_train_reward_rose() -> None:
     [flat] = hero_gate(noise, 30, HeroThresholds(), {}, TrainTrend(0.40, 0.41, 0.02)).findings
     assert "did not rise beyond noise: the policy learned nothing from its rewards" in flat.problem
     assert "its own reward" in flat.advice
+    [fell] = hero_gate(noise, 30, HeroThresholds(), {}, TrainTrend(0.504, 0.088, 0.044)).findings  # shuffled rewards
+    assert "0.504 → 0.088" in fell.problem and "fell: training on its rewards made the policy worse" in fell.problem
     [rose] = hero_gate(noise, 30, HeroThresholds(), {}, TrainTrend(0.40, 0.60, 0.02)).findings
     assert "rose, but the held-out Pass@1 did not follow" in rose.problem
     passed = hero_gate(comparison(0.07, 0.01, 0.13, Verdict.GAIN), 30, HeroThresholds(), {}, TrainTrend(0.4, 0.4, 0))
