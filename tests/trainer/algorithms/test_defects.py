@@ -3,7 +3,7 @@ them exactly where the docstring says (and never without being asked)."""
 
 import torch
 
-from envs.types import StopReason, Trajectory
+from tests.trainer.local.test_batch import trajectory
 from trainer.algorithms import AlgorithmConfig, RewardDefect, shifted_within_groups
 from trainer.local.batch import TrainBatch
 
@@ -18,25 +18,11 @@ def test_shuffled_rewards_are_each_groups_rewards_shifted_by_one() -> None:
     assert (shifted_within_groups(rewards, ["g"] * 4) != rewards).all()
 
 
-def _trajectory(group_id: str, reward: float, length: int) -> Trajectory:
-    mask = [int(t >= 2) for t in range(length)]
-    return Trajectory(
-        task_id=group_id,
-        group_id=group_id,
-        tokens=list(range(10, 10 + length)),
-        loss_mask=mask,
-        logprobs=[-0.5 * m for m in mask],
-        prompt_len=2,
-        reward=reward,
-        stop_reason=StopReason.STOP,
-    )
-
-
 def _advantages(defect: RewardDefect) -> list[float]:
     # one group of three: rewards 1, 0, 0.5 (mean 0.5) → Dr. GRPO advantages 0.5, −0.5, 0
-    batch = [_trajectory("g", 1.0, 4), _trajectory("g", 0.0, 5), _trajectory("g", 0.5, 6)]
+    batch = [trajectory("g", 6, 1.0), trajectory("g", 7, 0.0), trajectory("g", 8, 0.5)]
     train = TrainBatch.from_trajectories(batch, AlgorithmConfig(defect=defect))
-    return train.advantages_BT[:, 2].tolist()  # the first sampled token of each row carries its advantage
+    return train.advantages_BT[:, 4].tolist()  # the first sampled token of each row carries its advantage
 
 
 def test_a_batch_applies_the_defect_it_is_given_and_none_otherwise() -> None:
