@@ -28,6 +28,7 @@ class BadVariant(StrEnum):
     SLIDES_RETURNS_NONE = "slides_returns_none"
     PDF_FLATTEN = "pdf_flatten"
     CODE_EXEC_NO_PACKAGES = "code_exec_no_packages"
+    SLOW_CELL_READ = "slow_cell_read"
 
 
 class OracleTransport(StrEnum):

@@ -520,6 +520,9 @@ class TransferStage(_Section):
     """Other tasks, other harness: the bundled terminal tasks."""
     mcq: bool = True
     """Regression suite: the bundled GPQA/HLE-style multiple-choice set."""
+    mcq_passes: int | None = Field(None, ge=1, le=MAX_STEPS)
+    """Passes over the MCQ suite (None: ``passes``): one short reply per question is cheap next to an agent rollout,
+    and its 40 questions need more passes for a CI that resolves a drop of 0.1."""
     confidence: float = Field(0.95, gt=0, lt=1)
     thresholds: TransferThresholds = TransferThresholds()
 
@@ -546,6 +549,9 @@ class Defect(StrEnum):
 
     WRONG_ORACLE = "wrong_oracle"
     """De-risk: one checked task's oracle answers a wrong value (as a task whose expected answer was mis-authored)."""
+    SLOW_TOOL = "slow_tool"
+    """De-risk: ``sheets.read_cell`` answers only after seconds (the gateways serve ``BadVariant.SLOW_CELL_READ``), so
+    calls past the harness's tool timeout time out."""
     RETOKENIZING_HARNESS = "retokenizing_harness"
     """TITO: the harness re-renders the conversation as text and re-tokenises it, prompts and completions both."""
     PERTURBED_ENGINE_WEIGHTS = "perturbed_engine_weights"
@@ -559,6 +565,9 @@ class Defect(StrEnum):
     trainer), so none of its mechanisms acts: an inert arm."""
     SHUFFLED_REWARDS = "shuffled_rewards"
     """Hero: rewards shuffled within each prompt group: the policy trains on noise (``trainer.algorithms.defects``)."""
+    DAMAGED_POLICY = "damaged_policy"
+    """Transfer: the hero's policy reaches the transfer suites damaged (its weights perturbed, as a checkpoint corrupted
+    or a policy that forgot), so it regresses where the base could do the task."""
 
     @property
     def stage(self) -> StageName:
@@ -568,12 +577,14 @@ class Defect(StrEnum):
 
 DEFECT_STAGES = {
     Defect.WRONG_ORACLE: StageName.DERISK,
+    Defect.SLOW_TOOL: StageName.DERISK,
     Defect.RETOKENIZING_HARNESS: StageName.TITO,
     Defect.PERTURBED_ENGINE_WEIGHTS: StageName.SYSTEMS,
     Defect.INVERTED_ADVANTAGES: StageName.OVERFIT,
     Defect.CRASHING_ARM: StageName.ABLATIONS,
     Defect.IGNORED_ARM_CONFIG: StageName.ABLATIONS,
     Defect.SHUFFLED_REWARDS: StageName.HERO,
+    Defect.DAMAGED_POLICY: StageName.TRANSFER,
 }
 REWARD_DEFECTS = {
     Defect.INVERTED_ADVANTAGES: RewardDefect.INVERTED_ADVANTAGES,

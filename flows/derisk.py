@@ -25,6 +25,7 @@ from prefect import flow
 
 from envs.build import load_tasks
 from envs.files import atomic_write_json
+from envs.options import BadVariant
 from envs.oracle import with_wrong_oracle
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
@@ -58,15 +59,17 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         if Defect.WRONG_ORACLE in config.defects:
             checked, task_id = with_wrong_oracle(checked)
             log("defect %s: the oracle of %s answers a wrong value", Defect.WRONG_ORACLE.value, task_id)
+        variants = config.sandbox.variants
+        if Defect.SLOW_TOOL in config.defects:
+            variants = (*variants, BadVariant.SLOW_CELL_READ)
+            log("defect %s: the gateways serve %s", Defect.SLOW_TOOL.value, BadVariant.SLOW_CELL_READ.value)
 
         with stage.timed("oracles"):
-            oracle = work.check_environment_task(
-                stage.scope, checked, section.oracle_transport, config.sandbox.variants
-            )  # fmt: skip
+            oracle = work.check_environment_task(stage.scope, checked, section.oracle_transport, variants)
         with stage.timed("base_rollouts"):
             engine = stage.engine_settings(settings.harness.context_budget_tokens, policy)
             job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
-            work.base_rollouts(stage.scope, job, config.sandbox.pool_per_world, config.sandbox.variants)
+            work.base_rollouts(stage.scope, job, config.sandbox.pool_per_world, variants)
             stage.validate(Suite.TRAJECTORIES)
 
         stage.output("policy", policy)

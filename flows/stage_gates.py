@@ -367,4 +367,16 @@ def transfer_gate(suites: dict[str, Comparison], t: TransferThresholds, metrics:
         )
         for name, c in suites.items()
     ]
-    return GateReport.build(StageName.TRANSFER, criteria, metrics=metrics)
+    findings = [
+        Finding(
+            subject=name,
+            problem=f"the trained policy lost what the base could do here: {c.baseline_mean:.3f} → "
+            f"{c.candidate_mean:.3f} (Δ {c.mean_diff:+.3f}, CI [{c.ci_low:+.3f}, {c.ci_high:+.3f}])",
+            advice="compare the two policies' replies on this suite (recipe explore); if the hero's checkpoint loads "
+            "intact, train with a lower learning rate or fewer steps, or mix this format into the training tasks",
+            rate=c.mean_diff,
+        )
+        for name, c in suites.items()
+        if c.ci_high < -t.max_regression
+    ]
+    return GateReport.build(StageName.TRANSFER, criteria, findings, metrics)

@@ -21,13 +21,18 @@ from prefect import flow
 from evals.compare import paired_comparison
 from evals.spec import HarnessKind
 from evals.types import Comparison, Metric
-from flows.config import StageName
+from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import transfer_gate
-from tasks.artifacts import publish_table
+from tasks.artifacts import log, publish_table
 from tasks.evaluation import EvalJob, mcq
 from tasks.plots import estimate_bars
 from tasks.validation import Suite
+from trainer.loops.policy import perturbed_policy
+
+DAMAGE_NOISE = 0.3
+"""Relative weight noise of ``Defect.DAMAGED_POLICY``: 0.05 already moves logprobs by ~0.09 (the systems defect);
+0.3 leaves a policy that has lost most of what it could do."""
 
 
 @flow(name="transfer", log_prints=True)
@@ -36,6 +41,9 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     with open_stage(run, StageName.TRANSFER, Path(runs_root)) as stage:
         config, section = stage.config, stage.section
         policies = {"base": Path(stage.policy()), "trained": stage.upstream_path(StageName.HERO, "policy")}
+        if Defect.DAMAGED_POLICY in config.defects:
+            policies["trained"] = perturbed_policy(policies["trained"], stage.dir / "damaged-policy", DAMAGE_NOISE)
+            log("defect %s: the hero's policy plus %g relative noise", Defect.DAMAGED_POLICY.value, DAMAGE_NOISE)
         settings = stage.policy_settings()
         _, heldout = stage.task_sets(settings)
         engine = stage.tuned_engine(settings.harness.context_budget_tokens)
@@ -55,9 +63,10 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                     for label, policy in policies.items()
                 }
         if section.mcq:
+            mcq_passes = section.mcq_passes or section.passes
             with stage.timed("mcq"):
                 trials["mcq"] = {
-                    label: mcq(stage.scope, label, policy, engine, section.passes, config.seed + 1).trial_results()
+                    label: mcq(stage.scope, label, policy, engine, mcq_passes, config.seed + 1).trial_results()
                     for label, policy in policies.items()
                 }
         stage.validate(Suite.EVAL_RESULTS)

@@ -6,10 +6,13 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
    both splits for the Pass@1 report);
 2. traces: ``traces_per_task`` per train task, each the oracle's trace or — with the noise rates — a trace whose
    first call is a wrong tool / file / argument, answered with what that call really returned — or, when that call
-   failed with an error, followed by the oracle's calls and answer (``recover_after_error``; ``trainer.traces``);
+   failed with an error, followed by the oracle's calls and answer (``recover_after_error``; ``trainer.traces``); a
+   ``code_only_share`` of them recorded in the code-only harness (bash running the app CLI), and the bundled
+   multiple-choice suite's questions in other choice orders (``mcq_examples_per_question``;
+   ``trainer.mcq_examples``) — the formats the transfer stage checks the trained policy still handles;
 3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
-4. layout: every trace rendered exactly as the harness (compact tool listing) records a rollout; a few are replayed
-   through ``run_agent`` and must match token for token;
+4. layout: every trace rendered exactly as its harness (compact tool listing) records a rollout; a few of each
+   harness are replayed through ``run_agent`` and must match token for token;
 5. model: ``build_tiny_model``, then next-token loss on assistant tokens only (``trainer.sft``);
 6. report: Pass@1 per tier × split from real rollouts through our engine (``trainer.rollout_eval``).
 
@@ -49,15 +52,18 @@ from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
 from envs.files import atomic_write_text, file_lock, replace_dir
 from envs.harness.agent import HarnessConfig
-from envs.harness.chat import compact_system_prompt
+from envs.harness.chat import compact_system_prompt, encode
+from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
-from envs.harness.tools import LocalToolSession
+from envs.harness.tools import InProcessSession, LocalToolSession
 from envs.oracle import require_oracle
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import Split, TaskSpec
 from envs.worlds import world_index
+from evals.mcq import BUNDLED_MCQ, McqRow, load_mcq
 from trainer.engine import Engine, EngineConfig
+from trainer.mcq_examples import corpus_texts, mcq_example, reordered_rows
 from trainer.model import build_tiny_model, load_policy, save_policy
 from trainer.rollout_eval import PassEval, PassRow, evaluate_pass_at_1
 from trainer.sft import SftConfig, SftResult, train_sft
@@ -66,7 +72,9 @@ from trainer.tokenizer import special_token_ids, train_tokenizer
 from trainer.traces import (
     TokenizedTrace,
     Trace,
+    TraceHarness,
     check_parity,
+    code_only_trace,
     copies_last_observation,
     draw_noise,
     noise_candidates,
@@ -189,7 +197,8 @@ def draw_traces(
     """``spec.traces_per_task`` traces of ``task``; each draws its noise kind and wrong call from its own seed.
 
     A clean or recovered trace is value-swapped with probability ``spec.value_swap``: its last observed value becomes
-    another task's value of the same kind from ``values`` (a number with its digits redrawn, ``swap_value``).
+    another task's value of the same kind from ``values`` (a number with its digits redrawn, ``swap_value``). Each
+    trace is then recorded in the code-only harness with probability ``spec.code_only_share`` (its own seed again).
     """
     offered = offered_tools(spec.apps)
     rates = spec.noise.by_kind()
@@ -223,7 +232,21 @@ def draw_traces(
         if recovered and donors and rng.random() < spec.value_swap:
             trace = swapped_trace(trace, swap_value(rng, donors))
         traces.append(trace)
-    return traces
+    return in_harnesses(traces, task, spec)
+
+
+def in_harnesses(traces: list[Trace], task: TaskSpec, spec: BootstrapSpec) -> list[Trace]:
+    """``traces`` with a ``spec.code_only_share`` of them (seeded per task and index) in their code-only form; a
+    trace drawn more than once stays one object per harness (rendered once)."""
+    code_only: dict[int, Trace] = {}
+    chosen = []
+    for index, trace in enumerate(traces):
+        if random.Random(f"{spec.seed}:{task.task_id}:{index}:harness").random() < spec.code_only_share:
+            if id(trace) not in code_only:
+                code_only[id(trace)] = code_only_trace(trace)
+            trace = code_only[id(trace)]
+        chosen.append(trace)
+    return chosen
 
 
 def _world_texts(worlds_root: Path) -> list[str]:
@@ -333,20 +356,22 @@ def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Prog
 
 @dataclass(frozen=True)
 class ImitationSet:
-    """What the base imitates: the train tasks (by id), every drawn trace in task order, and the tool listing and
-    harness they are rendered with; ``worlds_root`` holds the pristine worlds the parity replays fork."""
+    """What the base imitates: the train tasks (by id), every drawn trace in task order, the tool listing of each
+    harness and the harness settings they are rendered with, and the multiple-choice rows (each in its training order);
+    ``worlds_root`` holds the pristine worlds the parity replays fork."""
 
     tasks_by_id: dict[str, TaskSpec]
     traces: list[Trace]
-    tool_specs: list[dict[str, Any]]
+    tool_specs: dict[TraceHarness, list[dict[str, Any]]]
     config: HarnessConfig
     worlds_root: Path
+    mcq_rows: list[McqRow]
 
 
 @dataclass(frozen=True)
 class TokenizedImitation:
-    """The tokenizer trained for an ``ImitationSet`` and its traces rendered as training examples (one per trace;
-    a trace drawn more than once is rendered once, ``rendered`` by object id)."""
+    """The tokenizer trained for an ``ImitationSet`` and its traces rendered as training examples (one per trace, then
+    one per multiple-choice row; a trace drawn more than once is rendered once, ``rendered`` by object id)."""
 
     tokenizer: PreTrainedTokenizerFast
     examples: list[TokenizedTrace]
@@ -381,6 +406,7 @@ def draw_imitation_set(tasks: Sequence[TaskSpec], worlds_root: Path, spec: Boots
         tool_specs=asyncio.run(list_tool_specs(spec.apps)),
         config=harness_config(spec),
         worlds_root=worlds_root,
+        mcq_rows=reordered_rows(load_mcq(BUNDLED_MCQ), spec.mcq_examples_per_question, spec.seed),
     )
 
 
@@ -388,17 +414,23 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     """Steps 3-4: train the tokenizer on the corpus, render every trace as the harness would, and replay a sample
     through ``run_agent`` to check the layout token for token."""
     config = imitation.config
-    system_text = compact_system_prompt(config.system_prompt, imitation.tool_specs, config.tool_listing)
+    system_texts = [
+        compact_system_prompt(config.system_prompt, specs, config.tool_listing)
+        for harness, specs in imitation.tool_specs.items()
+        if harness is TraceHarness.APPS or any(trace.harness is harness for trace in imitation.traces)
+    ]
     train_tasks = list(imitation.tasks_by_id.values())
-    corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, system_text)
-    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts))
+    tokenizer = train_tokenizer([*corpus, *corpus_texts(imitation.mcq_rows)], spec.vocab_size)
     rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
     examples = []
     for trace in imitation.traces:
         if id(trace) not in rendered:
+            check_turn_lengths(tokenizer, trace, spec.max_tokens_per_turn)
             task = imitation.tasks_by_id[trace.task_id]
-            rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs, config)
+            rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
+    examples += [mcq_example(tokenizer, row) for row in imitation.mcq_rows]
     tokenized = TokenizedImitation(tokenizer, examples, rendered)
     asyncio.run(_check_parity_sample(imitation, tokenized, spec))
     return tokenized
@@ -425,24 +457,54 @@ def train_base(
     return model, result
 
 
-async def list_tool_specs(apps: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``{name, description, input_schema}`` listing a tool session over ``apps`` shows the policy."""
-    # The listing does not depend on the world; a session over an empty one gives the names and schemas.
-    return await LocalToolSession(World(Path(".")), apps=apps).list_tools()
+def check_turn_lengths(tokenizer: PreTrainedTokenizerFast, trace: Trace, max_tokens_per_turn: int) -> None:
+    """Refuse a trace with an assistant turn longer than the harness lets the policy sample: the base could never
+    reproduce it (the turn would be cut), so imitating it teaches a rollout that cannot happen."""
+    for text in trace.assistant_texts():
+        length = len(encode(tokenizer, text)) + 1  # + EOS
+        if length > max_tokens_per_turn:
+            raise ValueError(
+                f"task {trace.task_id} ({trace.harness} harness): an assistant turn is {length} tokens, more than "
+                f"max_tokens_per_turn={max_tokens_per_turn}; raise max_tokens_per_turn or vocab_size: {text[:120]!r}"
+            )
+
+
+async def list_tool_specs(apps: Sequence[str]) -> dict[TraceHarness, list[dict[str, Any]]]:
+    """The ``{name, description, input_schema}`` listing each harness's tool session shows the policy: the app
+    tools of ``apps``, and the code-only tools."""
+    # The listings do not depend on the world; a session over an empty one gives the names and schemas.
+    return {
+        TraceHarness.APPS: await LocalToolSession(World(Path(".")), apps=apps).list_tools(),
+        TraceHarness.CODE_ONLY: await RegistryToolSession(CODE_TOOLS).list_tools(),
+    }
+
+
+PARITY_SESSIONS: dict[TraceHarness, Callable[[World, Sequence[str]], InProcessSession]] = {
+    TraceHarness.APPS: lambda world, apps: LocalToolSession(world, apps=apps),
+    TraceHarness.CODE_ONLY: lambda world, apps: CodeToolSession(world.root),
+}
+"""The real tool session a replayed trace of each harness runs against (over a private world copy)."""
 
 
 async def _check_parity_sample(imitation: ImitationSet, tokenized: TokenizedImitation, spec: BootstrapSpec) -> None:
-    """Replay the first ``parity_checks`` distinct traces, noisy ones first, on fresh world copies."""
+    """Replay the first ``parity_checks`` distinct traces of each harness, noisy ones first, on fresh world copies."""
     distinct = list({id(trace): trace for trace in imitation.traces}.values())
     # A swapped trace shows a value the world does not hold: replaying it against real tools must differ.
     replayable = [trace for trace in distinct if not trace.swapped]
-    sample = sorted(replayable, key=lambda trace: trace.noise is None)[: spec.parity_checks]
+    sample = [
+        trace
+        for harness in TraceHarness
+        for trace in sorted(
+            (trace for trace in replayable if trace.harness is harness), key=lambda trace: trace.noise is None
+        )[: spec.parity_checks]
+    ]
     with scratch_dir("bootstrap-parity-") as scratch:
         for index, trace in enumerate(sample):
             task = imitation.tasks_by_id[trace.task_id]
             world = World(fork_world(imitation.worlds_root / task.world_id, Path(scratch) / str(index)))
+            session = PARITY_SESSIONS[trace.harness](world, spec.apps)
             rendered = tokenized.rendered[id(trace)]
-            await check_parity(tokenized.tokenizer, task, trace, rendered, world, spec.apps, imitation.config)
+            await check_parity(tokenized.tokenizer, task, trace, rendered, session, imitation.config)
 
 
 def evaluate_policy(policy: Path, tasks: Sequence[TaskSpec], worlds_root: Path, spec: BootstrapSpec) -> list[PassRow]:

@@ -99,6 +99,19 @@ class BootstrapSpec(BaseModel):
         description="imitate only the train tasks of these world numbers (e.g. [1, 2]: worlds 4, 5, … then stay new "
         "to the base, for RL to train on); None: every train world",
     )
+    code_only_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="share of each task's traces recorded in the code-only harness (bash running the app CLI), so the "
+        "base can work through bash as well and the transfer stage's code-only suite has something to lose",
+    )
+    mcq_examples_per_question: int = Field(
+        0,
+        ge=0,
+        description="examples per question of the bundled multiple-choice suite, each with its choices in another "
+        "order than the suite's (trainer.mcq_examples): the knowledge the transfer stage's regression suite checks",
+    )
     train_task_limit: int | None = Field(
         None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
     )

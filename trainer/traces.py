@@ -20,6 +20,10 @@ followed by the oracle's own calls and answer: an agent reads an explicit error 
 wrong value has nothing to recover from. Those traces are what makes the base's rollouts multi-turn (the TITO check
 needs rollouts with two or more tool calls).
 
+``code_only_trace`` records the same trace as the code-only harness would (each app call a ``bash`` line of the app
+CLI, its output framed as the bash tool frames it): the base learns that harness too, so the transfer stage's
+code-only suite measures something the base can lose.
+
 ``render_trace`` lays a trace out token by token exactly as ``envs.harness.agent.run_agent`` builds a rollout that
 sampled the same assistant text (``chat.prompt_ids`` + sampled ids + EOS + ``turn_close_ids`` + ``delta_ids`` …);
 ``check_parity`` replays the trace through ``run_agent`` itself and raises if the two differ.
@@ -27,16 +31,19 @@ sampled the same assistant text (``chat.prompt_ids`` + sampled ids + EOS + ``tur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from envs.apps import ToolError, World, call_tool, tool_schema
+from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
+from envs.apps.code_exec import ExecResult
 from envs.harness.agent import AgentSetup, HarnessConfig, run_agent, truncate_tool_result
 from envs.harness.chat import (
     delta_ids,
@@ -47,17 +54,23 @@ from envs.harness.chat import (
     tool_result_message,
     turn_close_ids,
 )
+from envs.harness.code_tools import DEFAULT_BASH_TIMEOUT_S, app_cli_command
 from envs.harness.engine_client import Completion, Sampling
-from envs.harness.tools import LocalToolSession
+from envs.harness.tools import InProcessSession
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, run_oracle, substitute
 from envs.types import GradeResult, TaskSpec
 from trainer.specs import NoiseKind
 
 
+class TraceHarness(StrEnum):
+    APPS = "apps"  # the app tools (MCP names): the harness RL trains in
+    CODE_ONLY = "code_only"  # bash, read, grep, …: app operations run through the app CLI (the transfer suite's)
+
+
 @dataclass(frozen=True)
 class TraceCall:
-    tool: str  # registry name, e.g. "sheets.read_cell"
+    tool: str  # registry name, e.g. "sheets.read_cell", or a code-only tool's name ("bash")
     args: dict[str, Any]
     observation: str  # the text the model reads (a tool error's message when it failed)
     failed: bool = False  # the tool answered with an error
@@ -70,6 +83,7 @@ class Trace:
     answer: str
     noise: NoiseKind | None = None
     swapped: bool = False  # the last observation (and so the answer) was replaced: not what the world returns
+    harness: TraceHarness = TraceHarness.APPS
 
     def assistant_texts(self) -> list[str]:
         """One text per assistant turn: each call as a ``<tool_call>`` block, then the answer."""
@@ -83,8 +97,10 @@ class TokenizedTrace:
 
 
 def tool_call_text(tool: str, args: Mapping[str, Any]) -> str:
-    """The assistant text of one call: ``<tool_call>\\n{"name": <MCP name>, "arguments": {...}}\\n</tool_call>``."""
-    return f"<tool_call>\n{json.dumps({'name': mcp_name(tool), 'arguments': dict(args)})}\n</tool_call>"
+    """The assistant text of one call: ``<tool_call>\\n{"name": <MCP name>, "arguments": {...}}\\n</tool_call>``
+    (an app tool by its MCP name, a code-only tool by its own)."""
+    name = mcp_name(tool) if tool in TOOLS else tool
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(args)})}\n</tool_call>"
 
 
 def observe(world: World, tool: str, args: Mapping[str, Any]) -> str:
@@ -133,6 +149,26 @@ def swapped_trace(trace: Trace, value: str) -> Trace:
     last = trace.calls[-1]
     calls = (*trace.calls[:-1], TraceCall(last.tool, last.args, value))
     return Trace(trace.task_id, calls, value.strip(), trace.noise, swapped=True)
+
+
+def code_only_trace(trace: Trace) -> Trace:
+    """``trace`` as the code-only harness records it: each app call a ``bash`` line of the app CLI
+    (``app_cli_command``), its observation what the bash tool shows for that run; the answer is unchanged."""
+    if trace.harness is not TraceHarness.APPS:
+        raise ValueError(f"task {trace.task_id}: only an app-tool trace has a code-only form")
+    calls = tuple(
+        TraceCall("bash", {"command": app_cli_command(call.tool, call.args)}, _cli_output(call), call.failed)
+        for call in trace.calls
+    )
+    return dataclasses.replace(trace, calls=calls, harness=TraceHarness.CODE_ONLY)
+
+
+def _cli_output(call: TraceCall) -> str:
+    """The bash tool's text for the app CLI running ``call``: it prints the tool's output (exit 0) or the tool error
+    (stderr, exit 1) — ``envs/apps/__main__``."""
+    exit_code, stdout, stderr = (1, "", f"{call.observation}\n") if call.failed else (0, f"{call.observation}\n", "")
+    result = ExecResult(exit_code, stdout, stderr, timed_out=False, duration_s=0.0, wall_s=DEFAULT_BASH_TIMEOUT_S)
+    return result.render(DEFAULT_BASH_TIMEOUT_S)
 
 
 # --- noise -----------------------------------------------------------------------------------------------------------
@@ -308,14 +344,14 @@ async def check_parity(
     task: TaskSpec,
     trace: Trace,
     rendered: TokenizedTrace,
-    world: World,
-    apps: Sequence[str],
+    session: InProcessSession,
     config: HarnessConfig,
 ) -> None:
-    """Replay ``trace`` through ``run_agent`` (real ``LocalToolSession`` on ``world``) and compare token for token."""
+    """Replay ``trace`` through ``run_agent`` with ``session`` (real tools over a private world copy, of the trace's
+    harness) and compare token for token."""
     eos = eos_token_id(tokenizer)
     engine = ReplayEngine([[*encode(tokenizer, text), eos] for text in trace.assistant_texts()])
-    async with LocalToolSession(world, apps=apps) as tools:
+    async with session as tools:
         trajectory = await run_agent(
             task,
             tools,

@@ -9,6 +9,9 @@ correct; the MCP servers put the wrappers in front of them when a config selects
   ``extract_text``), so the lines of a two-column page interleave (caught by low oracle / reward on PDF tasks).
 - ``code_exec_no_packages``: ``code_exec.run_python`` runs without site-packages, so ``import openpyxl`` raises
   ModuleNotFoundError (caught by the top error signature "ModuleNotFoundError -> preinstall package").
+- ``slow_cell_read``: ``sheets.read_cell`` answers right, but only after ``SLOW_TOOL_S`` (a file lock held elsewhere,
+  a network drive): past a harness tool timeout of a few seconds, every call times out (caught by the "no tool times
+  out" gate; ``make gate-matrix`` runs it with ``harness.tool_timeout_s=2``).
 
 Example::
 
@@ -19,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +82,19 @@ def _flattened_pdf(inner: Runner) -> Runner:
     return run
 
 
+SLOW_TOOL_S = 6.0
+"""How long ``slow_cell_read`` takes: short enough that the oracle check (whose calls may take minutes) still passes
+in reasonable time, longer than the few-second tool timeout the matrix case gives the harness."""
+
+
+def _slow(inner: Runner) -> Runner:
+    def run(world: World, args: dict[str, Any]) -> str:
+        time.sleep(SLOW_TOOL_S)  # in the gateway's worker thread: a caller that gave up has moved on
+        return inner(world, args)
+
+    return run
+
+
 def _without_packages(inner: Runner) -> Runner:
     def run(world: World, args: dict[str, Any]) -> str:
         code = args.get("code")
@@ -105,6 +122,7 @@ VARIANTS: dict[BadVariant, VariantSpec] = {
     BadVariant.SLIDES_RETURNS_NONE: VariantSpec(_writes("slides"), _returns_nothing),
     BadVariant.PDF_FLATTEN: VariantSpec(frozenset({"pdf.read_pdf"}), _flattened_pdf),
     BadVariant.CODE_EXEC_NO_PACKAGES: VariantSpec(frozenset({"code_exec.run_python"}), _without_packages),
+    BadVariant.SLOW_CELL_READ: VariantSpec(frozenset({"sheets.read_cell"}), _slow),
 }
 
 

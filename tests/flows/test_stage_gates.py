@@ -287,3 +287,13 @@ def test_an_arm_that_trained_exactly_as_the_baseline_is_a_finding() -> None:
     [finding] = ablations_gate(arms, "baseline", "reason", {}).findings
     assert finding.subject == "nudge" and "trained exactly as the baseline did" in finding.problem
     assert "settings reach the trainer" in finding.advice
+
+
+def test_a_transfer_regression_is_a_finding_naming_the_suite() -> None:
+    suites = {
+        "mcq": comparison(-0.4, -0.5, -0.3, Verdict.LOSS),
+        "code_only": comparison(-0.02, -0.06, 0.02, Verdict.WITHIN_NOISE),
+    }
+    [finding] = transfer_gate(suites, TransferThresholds(max_regression=0.0), {}).findings
+    assert finding.subject == "mcq" and "lost what the base could do" in finding.problem
+    assert "Δ -0.400, CI [-0.500, -0.300]" in finding.problem and finding.rate == -0.4

@@ -2,10 +2,11 @@
 finding that names the cause, while every stage before it passes (``make gate-matrix``).
 
 Two profiles. The plumbing defects (de-risk, TITO, systems, ablations) run on the smoke profile, each a smoke run
-stopped after the defect's stage. The learning gates (overfit, hero) need a profile whose bars can fail — smoke's
-pass any value — so they run on the local profile: one healthy local run passes the gates through the hero, then each
-learning defect resumes a copy of it with the defect, which re-runs the defect's stage (a defect is an input of its
-own stage only: ``flows.stage.stage_defects``) and reuses the healthy stages before it.
+stopped after the defect's stage. The learning gates (overfit, hero) and transfer need a profile whose bars can fail
+and a base with something to lose — smoke's pass any value — so they run on the local profile: one healthy local run
+passes all seven gates, then each of these defects resumes a copy of it with the defect, which re-runs the defect's
+stage (a defect is an input of its own stage only: ``flows.stage.stage_defects``) and reuses the healthy stages
+before it.
 
 The healthy smoke run passing all seven gates is ``test_pipeline``'s resume test; the known-bad tool variants failing
 de-risk are ``test_pipeline`` and ``test_derisk``'s.
@@ -39,6 +40,14 @@ class Case:
 
 SMOKE_CASES = [
     Case(Defect.WRONG_ORACLE, ("oracle pass rate",), "ib-1-", "the oracle does not solve its task"),
+    # The tool answers after 6 s; the toy tools answer in milliseconds, so a 2-s tool timeout is ample for the rest
+    Case(
+        Defect.SLOW_TOOL,
+        ("worst tool timeout rate",),
+        "sheets.read_cell",
+        "times out",
+        ("harness.tool_timeout_s=2",),
+    ),
     Case(Defect.RETOKENIZING_HARNESS, ("TITO misalignments",), "harness", "other tokens than crossed the wire"),
     Case(
         Defect.PERTURBED_ENGINE_WEIGHTS,
@@ -65,6 +74,12 @@ LEARNING_CASES = [
         "the subset reward fell",
     ),
     Case(Defect.SHUFFLED_REWARDS, ("held-out Pass@1 gain, CI low end",), "training", "train reward"),
+    Case(
+        Defect.DAMAGED_POLICY,
+        ("code_only: trained − base, CI high end", "mcq: trained − base, CI high end"),
+        "mcq",
+        "lost what the base could do",
+    ),
 ]
 
 
@@ -98,11 +113,9 @@ def test_a_defect_fails_its_own_stage_and_only_it(prefect_harness, environment_d
 
 @pytest.fixture(scope="module")
 def healthy_local_run(prefect_harness, tmp_path_factory) -> Path:
-    """The local profile through the hero, every gate passing: the learning defects' healthy twin (~30 min on 2
-    cores). Not through transfer: on the tiny base that gate measures a real regression of the MCQ answer format
-    (README, "Gates that fail"), which is not what these defects are about."""
+    """The local profile end to end, every gate passing: the learning defects' healthy twin (~40 min on 2 cores)."""
     runs_root = tmp_path_factory.mktemp("healthy")
-    state = pipeline(profile="local", stop_after=StageName.HERO.value, runs_root=str(runs_root), return_state=True)
+    state = pipeline(profile="local", runs_root=str(runs_root), return_state=True)
     [folder] = [p for p in runs_root.iterdir() if (p / "run.json").exists()]
     statuses = {m.stage: m.status for m in RunStore(folder).manifests()}
     assert state.is_completed() and set(statuses.values()) == {StageStatus.PASSED}, statuses

@@ -47,6 +47,7 @@ from trainer.bootstrap import BootstrapSpec, bootstrap, harness_config, list_too
 from trainer.engine.forward import KVPool, ModelWeights, forward
 from trainer.model import load_policy
 from trainer.tito import RecordingEngine
+from trainer.traces import TraceHarness
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -196,7 +197,7 @@ def first_prompt(tasks: list[TaskSpec], policy) -> tuple[list[int], list[dict[st
     """The harness's first prompt for the first task, and the same as chat messages (tools listed in the system
     message, as the base's signatures listing does)."""
     _, tokenizer = policy
-    specs = asyncio.run(list_tool_specs(SPEC.apps))
+    specs = asyncio.run(list_tool_specs(SPEC.apps))[TraceHarness.APPS]
     messages = initial_messages(CONFIG.system_prompt, tasks[0].prompt)
     chat = [{**messages[0], "content": compact_system_prompt(CONFIG.system_prompt, specs, CONFIG.tool_listing)}]
     return prompt_ids(tokenizer, messages, specs, CONFIG.tool_listing), [*chat, *messages[1:]]

@@ -12,7 +12,9 @@ import pytest
 from envs.apps import World
 from envs.build import build_environment, content_digest, load_manifest, load_tasks
 from envs.harness.agent import AgentSetup, run_group
+from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness, write_policy_harness
+from envs.harness.tools import LocalToolSession
 from envs.rollout import local_envs
 from envs.sandbox.world_copy import fork_world
 from envs.types import StopReason, Tier, Trajectory
@@ -34,7 +36,9 @@ from trainer.traces import (
     ParityError,
     TokenizedTrace,
     Trace,
+    TraceHarness,
     check_parity,
+    code_only_trace,
     copies_last_observation,
     draw_noise,
     noise_candidates,
@@ -55,7 +59,7 @@ TINY = BootstrapSpec(
     log_every=1,
     parity_checks=2,
     eval_samples=0,
-    max_tokens_per_turn=8,
+    max_tokens_per_turn=160,  # every taught turn must fit (check_turn_lengths); a 400-token vocabulary splits finely
     max_turns=2,
 )
 
@@ -188,15 +192,48 @@ def test_rendered_trace_equals_the_harness_rollout(cell_task, world, full_data, 
     for trace in (clean, wrong):
         rendered = render_trace(tok, cell_task, trace, tools, config)
         assert sum(rendered.loss_mask) == sum(len(tok.encode(t)) + 1 for t in trace.assistant_texts())
-        asyncio.run(check_parity(tok, cell_task, trace, rendered, world, APPS, config))
+        asyncio.run(check_parity(tok, cell_task, trace, rendered, LocalToolSession(world, apps=APPS), config))
     broken = TokenizedTrace(rendered.tokens[:-2] + rendered.tokens[-1:], rendered.loss_mask[:-1])
     with pytest.raises(ParityError, match="differ"):
-        asyncio.run(check_parity(tok, cell_task, wrong, broken, world, APPS, config))
+        asyncio.run(check_parity(tok, cell_task, wrong, broken, LocalToolSession(world, apps=APPS), config))
+
+
+def test_a_code_only_trace_equals_the_code_only_harness_rollout(cell_task, world):
+    """The same calls as bash lines of the app CLI, a failing one (a moved file: exit 1, the error on stderr)
+    included, lay out token for token as the code-only harness records them with its real bash."""
+    config = harness_config(TINY).model_copy(update={"context_budget_tokens": 100_000, "max_turns": 3})
+    clean = oracle_trace(cell_task, world)
+    first = clean.calls[0]
+    failing = (first.tool, {**first.args, "path": f"elsewhere/{Path(first.args['path']).name}"})
+    recovered = noisy_trace(cell_task, world, NoiseKind.WRONG_ARGUMENT, failing, recovery=clean)
+    assert recovered.calls[0].failed and len(recovered.calls) == len(clean.calls) + 1
+    traces = [code_only_trace(clean), code_only_trace(recovered)]
+    assert all(trace.harness is TraceHarness.CODE_ONLY for trace in traces)
+    assert traces[0].calls[0].observation == f"exit_code: 0\nstdout:\n{clean.calls[0].observation}\n\nstderr:\n"
+    assert traces[0].assistant_texts()[0].startswith('<tool_call>\n{"name": "bash", "arguments": {"command": "python')
+    tools = asyncio.run(RegistryToolSession(CODE_TOOLS).list_tools())
+    texts = [text for trace in traces for text in trace.assistant_texts()]
+    tok = train_tokenizer([cell_task.prompt, *texts] * 5, vocab_size=400)
+    for trace in traces:
+        rendered = render_trace(tok, cell_task, trace, tools, config)
+        asyncio.run(check_parity(tok, cell_task, trace, rendered, CodeToolSession(world.root), config))
+    with pytest.raises(ValueError, match="only an app-tool trace"):
+        code_only_trace(traces[0])
+
+
+def test_code_only_share_records_that_share_of_the_traces_in_the_code_only_harness(cell_task, world):
+    spec = BootstrapSpec(traces_per_task=400, code_only_share=0.25)
+    clean = oracle_trace(cell_task, world)
+    traces = draw_traces(cell_task, world, spec, clean)
+    code_only = [t for t in traces if t.harness is TraceHarness.CODE_ONLY]
+    assert len(code_only) / len(traces) == pytest.approx(0.25, abs=0.06)
+    # a clean trace drawn many times stays one object per harness: rendered once each
+    assert len({id(t) for t in code_only if t.noise is None and not t.swapped}) == 1
+    assert [t.harness for t in draw_traces(cell_task, world, spec, clean)] == [t.harness for t in traces]
+    assert not any(t.harness is TraceHarness.CODE_ONLY for t in draw_traces(cell_task, world, BootstrapSpec(), clean))
 
 
 async def _tools():
-    from envs.harness.tools import LocalToolSession
-
     return await LocalToolSession(World(Path(".")), apps=APPS).list_tools()
 
 

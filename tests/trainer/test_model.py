@@ -99,3 +99,18 @@ def test_perturbed_weights_move_each_tensor_by_its_share_of_its_size_once() -> N
         if tensor.numel() > 1 and tensor.is_floating_point():
             moved, rms = (after[name] - tensor).float(), tensor.float().square().mean().sqrt()
             assert 0.03 < float(moved.std() / rms) < 0.07, name  # once: the tied lm_head is not moved twice
+
+
+def test_a_perturbed_policy_is_a_copy_with_other_weights_and_the_same_harness(policy, tmp_path) -> None:
+    from trainer.loops.policy import perturbed_policy
+
+    model, tok = policy
+    harness = PolicyHarness.from_training(HarnessConfig(max_turns=3), ("sheets",))
+    source = save_policy(model, tok, tmp_path / "trained", harness=harness)
+    damaged = perturbed_policy(source, tmp_path / "damaged", relative_std=0.3)
+    original, _ = load_policy(source)
+    copy, copy_tok = load_policy(damaged)
+    assert read_policy_harness(damaged) == harness and len(copy_tok) == len(tok)
+    moved = [not torch.equal(a, b) for a, b in zip(original.state_dict().values(), copy.state_dict().values())]
+    assert all(moved[:3])
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), original.state_dict().values()))

@@ -12,11 +12,11 @@ import torch
 from pydantic import JsonValue
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from envs.harness.policy import PolicyHarness
+from envs.harness.policy import PolicyHarness, read_policy_harness
 from trainer.engine import Engine, EngineConfig
 from trainer.local import LocalTrainer, TrainerConfig, load_latest_checkpoint, save_checkpoint
 from trainer.local.checkpoint import POLICY_DIR, CheckpointInfo
-from trainer.model import load_policy
+from trainer.model import load_policy, save_policy
 
 CHECKPOINTS = "checkpoints"
 
@@ -57,6 +57,14 @@ def perturb_weights_(model: torch.nn.Module, relative_std: float, seed: int = 0)
             seen.add(tensor.data_ptr())
             noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
             tensor.add_((noise * relative_std * tensor.float().square().mean().sqrt()).to(tensor.dtype))
+
+
+def perturbed_policy(source: Path, destination: Path, relative_std: float, seed: int = 0) -> Path:
+    """A copy of the policy folder ``source`` at ``destination`` with its weights perturbed (``perturb_weights_``),
+    carrying the same harness: the gate matrix's damaged policy (``Defect.DAMAGED_POLICY``)."""
+    model, tokenizer = load_policy(source)
+    perturb_weights_(model, relative_std, seed)
+    return save_policy(model, tokenizer, destination, harness=read_policy_harness(source))
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from envs.mcp.client import GatewayClient, Transport
+from envs.mcp import variants
 from envs.mcp.variants import VARIANTS, BadVariant
 
 pytestmark = pytest.mark.anyio
@@ -63,3 +65,20 @@ async def test_code_exec_no_packages_cannot_import_openpyxl(world_dir: Path) -> 
     assert not stdlib.is_error and not bash.is_error
     assert stdlib.text.startswith("exit_code: 0\nstdout:\n[42]\n")
     assert bash.text.startswith("exit_code: 0\nstdout:\n1\n")  # the variant breaks run_python only
+
+
+async def test_slow_cell_read_answers_right_but_only_after_its_delay(world_dir: Path, monkeypatch) -> None:
+    monkeypatch.setattr(variants, "SLOW_TOOL_S", 0.5)
+    cell = {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"}
+    async with GatewayClient(Transport.INMEMORY, world=world_dir) as client:
+        right = await client.call("sheets.read_cell", cell)
+    variant = frozenset({BadVariant.SLOW_CELL_READ})
+    async with GatewayClient(Transport.INMEMORY, world=world_dir, variants=variant) as client:
+        started = time.perf_counter()
+        slow = await client.call("sheets.read_cell", cell)
+        took = time.perf_counter() - started
+        started = time.perf_counter()
+        await client.call("sheets.list_sheets", {"path": cell["path"]})
+        other = time.perf_counter() - started
+    assert slow.text == right.text and not slow.is_error
+    assert took >= 0.5 and other < 0.5  # only read_cell is slow
