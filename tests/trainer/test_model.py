@@ -111,6 +111,6 @@ def test_a_perturbed_policy_is_a_copy_with_other_weights_and_the_same_harness(po
     original, _ = load_policy(source)
     copy, copy_tok = load_policy(damaged)
     assert read_policy_harness(damaged) == harness and len(copy_tok) == len(tok)
-    moved = [not torch.equal(a, b) for a, b in zip(original.state_dict().values(), copy.state_dict().values())]
-    assert all(moved[:3])
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), original.state_dict().values()))
+    before, after = original.state_dict(), copy.state_dict()
+    assert all(not torch.equal(before[name], after[name]) for name in list(before)[:3])
+    assert all(torch.equal(tensor, before[name]) for name, tensor in model.state_dict().items())  # source intact

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.mcp.client import GatewayClient, Transport
 from envs.mcp import variants
+from envs.mcp.client import GatewayClient, Transport
 from envs.mcp.variants import VARIANTS, BadVariant
 
 pytestmark = pytest.mark.anyio
