@@ -294,7 +294,7 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
     run killed mid-build (or mid-evaluation) leaves nothing a later run would take for a finished base."""
     cached = load_cached(out, spec, data)
     if cached is not None:
-        _log(progress, f"cached base model: {cached.path}")
+        _log(progress, f"cached base model: {cached.path}{_cut_short(cached.report)}")
         return cached
     key = content_hash(spec, data)
     with file_lock(out / f".{key}.lock"):
@@ -307,6 +307,17 @@ def bootstrap(spec: BootstrapSpec, data: Path, out: Path, progress: Progress | N
         report = _build(spec, data, key, staging, progress)
         replace_dir(staging, out / key)
     return BootstrapResult(out / key, report, cached=False)
+
+
+def _cut_short(report: BootstrapReport) -> str:
+    """A warning when the cached base stopped at its wall-clock limit: a build on an idle machine trains every step
+    under the same key, so this base differs from the one a fresh checkout gets (delete the folder to rebuild it)."""
+    if not report.stopped_early:
+        return ""
+    return (
+        f" — WARNING: its training stopped at the {report.spec.max_wall_seconds:g} s wall limit after step "
+        f"{report.steps_done} of {report.spec.steps}; delete the folder to rebuild it whole"
+    )
 
 
 def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Progress | None) -> BootstrapReport:

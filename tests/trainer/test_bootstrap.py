@@ -270,6 +270,13 @@ def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
     assert again.report == result.report
     other = bootstrap(TINY.model_copy(update={"seed": 1}), small_data, tmp_path / "models")
     assert other.path != result.path and not other.cached
+    # a base cut short by its wall limit is reused with a warning: a fresh build under the same key trains every step
+    capped_spec = TINY.model_copy(update={"seed": 2, "steps": 50, "max_wall_seconds": 1e-6})
+    capped = bootstrap(capped_spec, small_data, tmp_path / "models")
+    assert capped.report.stopped_early and capped.report.steps_done < 50
+    lines.clear()
+    assert bootstrap(capped_spec, small_data, tmp_path / "models", progress=lines.append).cached
+    assert any("WARNING: its training stopped at the 1e-06 s wall limit" in line for line in lines), lines
     assert_harness_json_drives_the_loops(result.path, small_data, tmp_path / "models")
 
     model, tokenizer = load_policy(result.path)
