@@ -8,8 +8,8 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
    first call is a wrong tool / file / argument, answered with what that call really returned — or, when that call
    failed with an error, followed by the oracle's calls and answer (``recover_after_error``; ``trainer.traces``); a
    ``code_only_share`` of them recorded in the code-only harness (bash running the app CLI), and the bundled
-   multiple-choice suite's questions in other choice orders (``mcq_examples_per_question``;
-   ``trainer.mcq_examples``) — the formats the transfer stage checks the trained policy still handles;
+   multiple-choice suite's questions with their answers (``mcq_examples_per_question``; ``trainer.mcq_examples``) —
+   what the transfer stage checks the trained policy can still do;
 3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
 4. layout: every trace rendered exactly as its harness (compact tool listing) records a rollout; a few of each
    harness are replayed through ``run_agent`` and must match token for token;
@@ -63,7 +63,7 @@ from envs.types import Split, TaskSpec
 from envs.worlds import world_index
 from evals.mcq import BUNDLED_MCQ, McqRow, load_mcq
 from trainer.engine import Engine, EngineConfig
-from trainer.mcq_examples import corpus_texts, mcq_example, reordered_rows
+from trainer.mcq_examples import corpus_texts, mcq_examples
 from trainer.model import build_tiny_model, load_policy, save_policy
 from trainer.rollout_eval import PassEval, PassRow, evaluate_pass_at_1
 from trainer.sft import SftConfig, SftResult, train_sft
@@ -84,7 +84,7 @@ from trainer.traces import (
     swapped_trace,
 )
 
-BOOTSTRAP_VERSION = "bootstrap-v5"
+BOOTSTRAP_VERSION = "bootstrap-v6"
 """Part of the cache key: bump it when tokenizer training, trace rendering or training change what they produce."""
 REPORT_FILE = "bootstrap.json"
 WORLD_TEXT_SUFFIXES = (".txt", ".md", ".csv", ".json")
@@ -368,7 +368,7 @@ def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Prog
 @dataclass(frozen=True)
 class ImitationSet:
     """What the base imitates: the train tasks (by id), every drawn trace in task order, the tool listing of each
-    harness and the harness settings they are rendered with, and the multiple-choice rows (each in its training order);
+    harness and the harness settings they are rendered with, and the multiple-choice rows it is taught;
     ``worlds_root`` holds the pristine worlds the parity replays fork."""
 
     tasks_by_id: dict[str, TaskSpec]
@@ -417,7 +417,7 @@ def draw_imitation_set(tasks: Sequence[TaskSpec], worlds_root: Path, spec: Boots
         tool_specs=asyncio.run(list_tool_specs(spec.apps)),
         config=harness_config(spec),
         worlds_root=worlds_root,
-        mcq_rows=reordered_rows(load_mcq(BUNDLED_MCQ), spec.mcq_examples_per_question, spec.seed),
+        mcq_rows=load_mcq(BUNDLED_MCQ) if spec.mcq_examples_per_question else [],
     )
 
 
@@ -441,7 +441,7 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
             task = imitation.tasks_by_id[trace.task_id]
             rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
-    examples += [mcq_example(tokenizer, row) for row in imitation.mcq_rows]
+    examples += mcq_examples(tokenizer, imitation.mcq_rows, spec.mcq_examples_per_question)
     tokenized = TokenizedImitation(tokenizer, examples, rendered)
     asyncio.run(_check_parity_sample(imitation, tokenized, spec))
     return tokenized

@@ -1,23 +1,23 @@
-"""Multiple-choice examples for the base: the bundled MCQ suite's questions, each with its choices in other orders.
+"""Multiple-choice examples for the base: the bundled MCQ suite's questions with their right answers.
 
 The recipe's base arrived knowing facts and answering multiple choice, and the transfer stage's regression suite
 (GPQA/HLE style, ``evals.mcq``) measures whether RL wore that away. The tiny base knows nothing it is not taught, so
-the bootstrap teaches it the suite's facts the way pretraining would have: each question ``per_question`` times with its
-choices in a seeded order **other than the suite's own** (the letter follows the right choice), answered
-``Answer: X``. The suite then asks every question in an order the base never saw: answering right means recognising
-the right choice's text, not replaying a letter. What the stage measures is retention — did training on the tool
-tasks erase what the base knew — which is the recipe's question too.
+the bootstrap teaches it the suite itself: each question ``per_question`` times, answered ``Answer: X``. What the stage
+then measures is retention — did training on the tool tasks erase what the base knew — the recipe's question, on
+knowledge the base is known to hold.
 
-Each example is laid out exactly as the engine's ``/v1/chat/completions`` serves the suite (``evals.mcq``: one user
-message, the chat template's generation prompt), the reply's tokens plus EOS the only ones with loss.
+Taught with the choices in other orders than the suite's (so that answering would mean finding the right choice's
+text), the 4-layer base stayed at chance: 0.244 over 8 passes of the 40 questions (2026-12-02), so it learns the
+suite's own prompts.
 
-    rows = reordered_rows(load_mcq(BUNDLED_MCQ), per_question=4, seed=0)
-    examples = [mcq_example(tokenizer, row) for row in rows]
+Each example is laid out exactly as the engine's ``/v1/chat/completions`` serves the suite (one user message, the chat
+template's generation prompt); the reply's tokens plus EOS are the only ones with loss.
+
+    examples = mcq_examples(tokenizer, load_mcq(BUNDLED_MCQ), per_question=8)
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 
 from transformers import PreTrainedTokenizerBase
@@ -30,22 +30,6 @@ from trainer.traces import TokenizedTrace
 def reply_text(row: McqRow) -> str:
     """The reply the base learns: the right choice's letter in the suite's answer format."""
     return f"Answer: {row.answer_letter}"
-
-
-def reordered(row: McqRow, rng: random.Random) -> McqRow:
-    """``row`` with its choices in a random order other than its own (the answer index follows its choice)."""
-    identity = list(range(len(row.choices)))
-    order = identity
-    while order == identity:
-        order = rng.sample(identity, len(identity))
-    return row.model_copy(update={"choices": [row.choices[i] for i in order], "answer": order.index(row.answer)})
-
-
-def reordered_rows(rows: Sequence[McqRow], per_question: int, seed: int) -> list[McqRow]:
-    """Every row ``per_question`` times, each copy in its own seeded order (``reordered``)."""
-    return [
-        reordered(row, random.Random(f"{seed}:mcq:{row.id}:{copy}")) for row in rows for copy in range(per_question)
-    ]
 
 
 def prompt_text(tokenizer: PreTrainedTokenizerBase, row: McqRow) -> str:
@@ -64,3 +48,8 @@ def mcq_example(tokenizer: PreTrainedTokenizerBase, row: McqRow) -> TokenizedTra
     prompt = encode(tokenizer, prompt_text(tokenizer, row))
     reply = [*encode(tokenizer, reply_text(row)), eos_token_id(tokenizer)]
     return TokenizedTrace(prompt + reply, [0] * len(prompt) + [1] * len(reply))
+
+
+def mcq_examples(tokenizer: PreTrainedTokenizerBase, rows: Sequence[McqRow], per_question: int) -> list[TokenizedTrace]:
+    """Every row's example ``per_question`` times (one object each: rendered once, drawn as often)."""
+    return [example for row in rows for example in [mcq_example(tokenizer, row)] * per_question]

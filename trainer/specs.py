@@ -109,8 +109,8 @@ class BootstrapSpec(BaseModel):
     mcq_examples_per_question: int = Field(
         0,
         ge=0,
-        description="examples per question of the bundled multiple-choice suite, each with its choices in another "
-        "order than the suite's (trainer.mcq_examples): the knowledge the transfer stage's regression suite checks",
+        description="examples per question of the bundled multiple-choice suite (trainer.mcq_examples): the knowledge "
+        "the transfer stage's regression suite checks the trained policy kept",
     )
     train_task_limit: int | None = Field(
         None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
