@@ -11,7 +11,7 @@ correct; the MCP servers put the wrappers in front of them when a config selects
   ModuleNotFoundError (caught by the top error signature "ModuleNotFoundError -> preinstall package").
 - ``slow_cell_read``: ``sheets.read_cell`` answers right, but only after ``SLOW_TOOL_S`` (a file lock held elsewhere,
   a network drive): past a harness tool timeout of a few seconds, every call times out (caught by the "no tool times
-  out" gate; ``make gate-matrix`` runs it with ``harness.tool_timeout_s=2``).
+  out" gate; ``make gate-matrix`` runs it with ``harness.tool_timeout_s=1``).
 
 Example::
 
@@ -82,9 +82,9 @@ def _flattened_pdf(inner: Runner) -> Runner:
     return run
 
 
-SLOW_TOOL_S = 6.0
+SLOW_TOOL_S = 3.0
 """How long ``slow_cell_read`` takes: short enough that the oracle check (whose calls may take minutes) still passes
-in reasonable time, longer than the few-second tool timeout the matrix case gives the harness."""
+in reasonable time, longer than the 1-s tool timeout the matrix case gives the harness."""
 
 
 def _slow(inner: Runner) -> Runner:
