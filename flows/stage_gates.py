@@ -343,7 +343,7 @@ def hero_gate(
             verdict = (
                 "fell: training on its rewards made the policy worse"
                 if trend.fell
-                else ("did not rise beyond noise: the policy learned nothing from its rewards")
+                else "did not rise beyond noise: the policy learned nothing from its rewards"
             )
             problem = f"the {trend} {verdict}"
             advice = "check that each trajectory is graded with its own reward (grading, group pairing) and the "

@@ -52,7 +52,7 @@ from envs.apps import TOOLS, World
 from envs.build import load_manifest, load_tasks
 from envs.files import atomic_write_text, file_lock, replace_dir
 from envs.harness.agent import HarnessConfig
-from envs.harness.chat import compact_system_prompt, encode
+from envs.harness.chat import compact_system_prompt
 from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.tools import InProcessSession, LocalToolSession
@@ -62,6 +62,7 @@ from envs.scratch import scratch_dir
 from envs.types import Split, TaskSpec
 from envs.worlds import world_index
 from evals.mcq import BUNDLED_MCQ, McqRow, load_mcq
+from evals.spec import HarnessKind
 from trainer.engine import Engine, EngineConfig
 from trainer.mcq_examples import corpus_texts, mcq_examples
 from trainer.model import build_tiny_model, load_policy, save_policy
@@ -72,7 +73,6 @@ from trainer.tokenizer import special_token_ids, train_tokenizer
 from trainer.traces import (
     TokenizedTrace,
     Trace,
-    TraceHarness,
     check_parity,
     code_only_trace,
     copies_last_observation,
@@ -373,7 +373,7 @@ class ImitationSet:
 
     tasks_by_id: dict[str, TaskSpec]
     traces: list[Trace]
-    tool_specs: dict[TraceHarness, list[dict[str, Any]]]
+    tool_specs: dict[HarnessKind, list[dict[str, Any]]]
     config: HarnessConfig
     worlds_root: Path
     mcq_rows: list[McqRow]
@@ -428,7 +428,7 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     system_texts = [
         compact_system_prompt(config.system_prompt, specs, config.tool_listing)
         for harness, specs in imitation.tool_specs.items()
-        if harness is TraceHarness.APPS or any(trace.harness is harness for trace in imitation.traces)
+        if harness is HarnessKind.MCP or any(trace.harness is harness for trace in imitation.traces)
     ]
     train_tasks = list(imitation.tasks_by_id.values())
     corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts))
@@ -437,7 +437,6 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     examples = []
     for trace in imitation.traces:
         if id(trace) not in rendered:
-            check_turn_lengths(tokenizer, trace, spec.max_tokens_per_turn)
             task = imitation.tasks_by_id[trace.task_id]
             rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
@@ -468,31 +467,19 @@ def train_base(
     return model, result
 
 
-def check_turn_lengths(tokenizer: PreTrainedTokenizerFast, trace: Trace, max_tokens_per_turn: int) -> None:
-    """Refuse a trace with an assistant turn longer than the harness lets the policy sample: the base could never
-    reproduce it (the turn would be cut), so imitating it teaches a rollout that cannot happen."""
-    for text in trace.assistant_texts():
-        length = len(encode(tokenizer, text)) + 1  # + EOS
-        if length > max_tokens_per_turn:
-            raise ValueError(
-                f"task {trace.task_id} ({trace.harness} harness): an assistant turn is {length} tokens, more than "
-                f"max_tokens_per_turn={max_tokens_per_turn}; raise max_tokens_per_turn or vocab_size: {text[:120]!r}"
-            )
-
-
-async def list_tool_specs(apps: Sequence[str]) -> dict[TraceHarness, list[dict[str, Any]]]:
+async def list_tool_specs(apps: Sequence[str]) -> dict[HarnessKind, list[dict[str, Any]]]:
     """The ``{name, description, input_schema}`` listing each harness's tool session shows the policy: the app
     tools of ``apps``, and the code-only tools."""
     # The listings do not depend on the world; a session over an empty one gives the names and schemas.
     return {
-        TraceHarness.APPS: await LocalToolSession(World(Path(".")), apps=apps).list_tools(),
-        TraceHarness.CODE_ONLY: await RegistryToolSession(CODE_TOOLS).list_tools(),
+        HarnessKind.MCP: await LocalToolSession(World(Path(".")), apps=apps).list_tools(),
+        HarnessKind.CODE_ONLY: await RegistryToolSession(CODE_TOOLS).list_tools(),
     }
 
 
-PARITY_SESSIONS: dict[TraceHarness, Callable[[World, Sequence[str]], InProcessSession]] = {
-    TraceHarness.APPS: lambda world, apps: LocalToolSession(world, apps=apps),
-    TraceHarness.CODE_ONLY: lambda world, apps: CodeToolSession(world.root),
+PARITY_SESSIONS: dict[HarnessKind, Callable[[World, Sequence[str]], InProcessSession]] = {
+    HarnessKind.MCP: lambda world, apps: LocalToolSession(world, apps=apps),
+    HarnessKind.CODE_ONLY: lambda world, apps: CodeToolSession(world.root),
 }
 """The real tool session a replayed trace of each harness runs against (over a private world copy)."""
 
@@ -504,7 +491,7 @@ async def _check_parity_sample(imitation: ImitationSet, tokenized: TokenizedImit
     replayable = [trace for trace in distinct if not trace.swapped]
     sample = [
         trace
-        for harness in TraceHarness
+        for harness in PARITY_SESSIONS
         for trace in sorted(
             (trace for trace in replayable if trace.harness is harness), key=lambda trace: trace.noise is None
         )[: spec.parity_checks]

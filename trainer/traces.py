@@ -36,7 +36,6 @@ import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +59,8 @@ from envs.harness.tools import InProcessSession
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, run_oracle, substitute
 from envs.types import GradeResult, TaskSpec
+from evals.spec import HarnessKind
 from trainer.specs import NoiseKind
-
-
-class TraceHarness(StrEnum):
-    APPS = "apps"  # the app tools (MCP names): the harness RL trains in
-    CODE_ONLY = "code_only"  # bash, read, grep, …: app operations run through the app CLI (the transfer suite's)
 
 
 @dataclass(frozen=True)
@@ -83,7 +78,7 @@ class Trace:
     answer: str
     noise: NoiseKind | None = None
     swapped: bool = False  # the last observation (and so the answer) was replaced: not what the world returns
-    harness: TraceHarness = TraceHarness.APPS
+    harness: HarnessKind = HarnessKind.MCP  # MCP: the app tools RL trains with; CODE_ONLY: bash over the app CLI
 
     def assistant_texts(self) -> list[str]:
         """One text per assistant turn: each call as a ``<tool_call>`` block, then the answer."""
@@ -154,13 +149,13 @@ def swapped_trace(trace: Trace, value: str) -> Trace:
 def code_only_trace(trace: Trace) -> Trace:
     """``trace`` as the code-only harness records it: each app call a ``bash`` line of the app CLI
     (``app_cli_command``), its observation what the bash tool shows for that run; the answer is unchanged."""
-    if trace.harness is not TraceHarness.APPS:
+    if trace.harness is not HarnessKind.MCP:
         raise ValueError(f"task {trace.task_id}: only an app-tool trace has a code-only form")
     calls = tuple(
         TraceCall("bash", {"command": app_cli_command(call.tool, call.args)}, _cli_output(call), call.failed)
         for call in trace.calls
     )
-    return dataclasses.replace(trace, calls=calls, harness=TraceHarness.CODE_ONLY)
+    return dataclasses.replace(trace, calls=calls, harness=HarnessKind.CODE_ONLY)
 
 
 def _cli_output(call: TraceCall) -> str:
@@ -303,13 +298,18 @@ def render_trace(
     """The token ids and loss mask ``run_agent`` would record if the model sampled exactly this trace's text.
 
     prompt_ids(system + task) | encode(turn) + EOS (mask 1) | turn_close_ids + delta_ids(observation) | …
-    | encode(answer) + EOS (mask 1).
+    | encode(answer) + EOS (mask 1). A turn longer than ``config.max_tokens_per_turn`` is refused (``ValueError``).
     """
     eos, close = eos_token_id(tokenizer), turn_close_ids(tokenizer)
     tokens = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), tools, config.tool_listing)
     mask = [0] * len(tokens)
     for turn, text in enumerate(trace.assistant_texts()):
         sampled = [*encode(tokenizer, text), eos]
+        if len(sampled) > config.max_tokens_per_turn:  # the policy could never sample it: imitating it teaches nothing
+            raise ValueError(
+                f"task {trace.task_id} ({trace.harness} harness): an assistant turn is {len(sampled)} tokens, more "
+                f"than max_tokens_per_turn={config.max_tokens_per_turn}; raise it or vocab_size: {text[:120]!r}"
+            )
         tokens += sampled
         mask += [1] * len(sampled)
         if turn < len(trace.calls):

@@ -43,11 +43,11 @@ from envs.harness.engine_client import CompletionsClient, Sampling
 from envs.net import free_port
 from envs.rollout import local_envs
 from envs.types import ErrorClass, Split, TaskSpec, Trajectory
+from evals.spec import HarnessKind
 from trainer.bootstrap import BootstrapSpec, bootstrap, harness_config, list_tool_specs, select_tasks
 from trainer.engine.forward import KVPool, ModelWeights, forward
 from trainer.model import load_policy
 from trainer.tito import RecordingEngine
-from trainer.traces import TraceHarness
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -197,7 +197,7 @@ def first_prompt(tasks: list[TaskSpec], policy) -> tuple[list[int], list[dict[st
     """The harness's first prompt for the first task, and the same as chat messages (tools listed in the system
     message, as the base's signatures listing does)."""
     _, tokenizer = policy
-    specs = asyncio.run(list_tool_specs(SPEC.apps))[TraceHarness.APPS]
+    specs = asyncio.run(list_tool_specs(SPEC.apps))[HarnessKind.MCP]
     messages = initial_messages(CONFIG.system_prompt, tasks[0].prompt)
     chat = [{**messages[0], "content": compact_system_prompt(CONFIG.system_prompt, specs, CONFIG.tool_listing)}]
     return prompt_ids(tokenizer, messages, specs, CONFIG.tool_listing), [*chat, *messages[1:]]

@@ -18,6 +18,7 @@ from envs.harness.tools import LocalToolSession
 from envs.rollout import local_envs
 from envs.sandbox.world_copy import fork_world
 from envs.types import StopReason, Tier, Trajectory
+from evals.spec import HarnessKind
 from trainer.bootstrap import (
     bootstrap,
     content_hash,
@@ -36,7 +37,6 @@ from trainer.traces import (
     ParityError,
     TokenizedTrace,
     Trace,
-    TraceHarness,
     check_parity,
     code_only_trace,
     copies_last_observation,
@@ -193,6 +193,8 @@ def test_rendered_trace_equals_the_harness_rollout(cell_task, world, full_data, 
         rendered = render_trace(tok, cell_task, trace, tools, config)
         assert sum(rendered.loss_mask) == sum(len(tok.encode(t)) + 1 for t in trace.assistant_texts())
         asyncio.run(check_parity(tok, cell_task, trace, rendered, LocalToolSession(world, apps=APPS), config))
+    with pytest.raises(ValueError, match="more than max_tokens_per_turn=4"):  # a turn the policy could never sample
+        render_trace(tok, cell_task, clean, tools, config.model_copy(update={"max_tokens_per_turn": 4}))
     broken = TokenizedTrace(rendered.tokens[:-2] + rendered.tokens[-1:], rendered.loss_mask[:-1])
     with pytest.raises(ParityError, match="differ"):
         asyncio.run(check_parity(tok, cell_task, wrong, broken, LocalToolSession(world, apps=APPS), config))
@@ -208,7 +210,7 @@ def test_a_code_only_trace_equals_the_code_only_harness_rollout(cell_task, world
     recovered = noisy_trace(cell_task, world, NoiseKind.WRONG_ARGUMENT, failing, recovery=clean)
     assert recovered.calls[0].failed and len(recovered.calls) == len(clean.calls) + 1
     traces = [code_only_trace(clean), code_only_trace(recovered)]
-    assert all(trace.harness is TraceHarness.CODE_ONLY for trace in traces)
+    assert all(trace.harness is HarnessKind.CODE_ONLY for trace in traces)
     assert traces[0].calls[0].observation == f"exit_code: 0\nstdout:\n{clean.calls[0].observation}\n\nstderr:\n"
     assert traces[0].assistant_texts()[0].startswith('<tool_call>\n{"name": "bash", "arguments": {"command": "python')
     tools = asyncio.run(RegistryToolSession(CODE_TOOLS).list_tools())
@@ -225,12 +227,12 @@ def test_code_only_share_records_that_share_of_the_traces_in_the_code_only_harne
     spec = BootstrapSpec(traces_per_task=400, code_only_share=0.25)
     clean = oracle_trace(cell_task, world)
     traces = draw_traces(cell_task, world, spec, clean)
-    code_only = [t for t in traces if t.harness is TraceHarness.CODE_ONLY]
+    code_only = [t for t in traces if t.harness is HarnessKind.CODE_ONLY]
     assert len(code_only) / len(traces) == pytest.approx(0.25, abs=0.06)
     # a clean trace drawn many times stays one object per harness: rendered once each
     assert len({id(t) for t in code_only if t.noise is None and not t.swapped}) == 1
     assert [t.harness for t in draw_traces(cell_task, world, spec, clean)] == [t.harness for t in traces]
-    assert not any(t.harness is TraceHarness.CODE_ONLY for t in draw_traces(cell_task, world, BootstrapSpec(), clean))
+    assert not any(t.harness is HarnessKind.CODE_ONLY for t in draw_traces(cell_task, world, BootstrapSpec(), clean))
 
 
 async def _tools():
