@@ -1,12 +1,19 @@
 """App operations over a world: filesystem, docs, sheets, pdf, slides, mail, chat, calendar, code_exec.
 
-Importing this package registers every operation in ``TOOLS`` under ``<app>.<op>``; call them through ``call_tool``.
-The operations and their outputs are the contract in the apps catalogue (tool docstrings are what a model reads).
+Each operation is registered in ``TOOLS`` under ``<app>.<op>``; call them through ``call_tool``. The operations and
+their outputs are the contract in the apps catalogue (tool docstrings are what a model reads). An app's module (and
+its file library: openpyxl, pdfplumber, python-pptx, python-docx) loads when first needed: ``TOOLS`` loads them all,
+``call_tool(world, "sheets.read_cell", ...)`` only sheets.
 """
 
-from envs.apps import calendar, chat, code_exec, docs, filesystem, mail, pdf, sheets, slides
-from envs.apps.base import TOOLS, Tool, ToolError, World, call_tool, tool_schema
+from typing import Any
 
-APPS = (filesystem, docs, sheets, pdf, slides, mail, chat, calendar, code_exec)
+from envs.apps.base import APP_MODULES, Tool, ToolError, World, call_tool, load_apps, tool_schema
 
-__all__ = ["APPS", "TOOLS", "Tool", "ToolError", "World", "call_tool", "tool_schema"]
+__all__ = ["APP_MODULES", "TOOLS", "Tool", "ToolError", "World", "call_tool", "load_apps", "tool_schema"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TOOLS":  # the whole registry: every app imported
+        return load_apps()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

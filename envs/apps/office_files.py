@@ -22,13 +22,12 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
 from pathlib import Path
 from typing import IO
 from xml.etree.ElementTree import ParseError, iterparse
-
-from openpyxl.utils import column_index_from_string
 
 from envs.files import open_regular
 
@@ -82,12 +81,18 @@ def _check_archive(name: str, archive: zipfile.ZipFile) -> None:
         )
 
 
+def column_index(letters: str) -> int:
+    """The 1-based index of a column's letters (A → 1, Z → 26, AA → 27): base-26 digits with no zero. Here and not
+    openpyxl's, which would load all of openpyxl (0.6 s) into every tool call."""
+    return functools.reduce(lambda index, letter: 26 * index + ord(letter) - ord("A") + 1, letters, 0)
+
+
 def cell_position(ref: str) -> tuple[int, int] | None:
     """(row, column) of a cell reference such as ``C5`` or ``$AB$12``, or None when it is not one."""
     match = _REF.match(ref.strip())
     if match is None:
         return None
-    return int(match[2]), column_index_from_string(match[1].upper())
+    return int(match[2]), column_index(match[1].upper())
 
 
 def range_cells(ref: str) -> int:

@@ -8,6 +8,7 @@ import pytest
 
 from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
 from envs.apps.base import matches, next_id, parse_timestamp
+from envs.apps.office_files import cell_position, column_index, range_cells
 from envs.files import atomic_write_json, atomic_write_text
 
 CATALOGUE = {
@@ -116,3 +117,9 @@ def test_parse_timestamp() -> None:
     assert parse_timestamp("2026-03-04T10:00:00+02:00", "start").isoformat() == "2026-03-04T10:00:00"
     with pytest.raises(ToolError, match=r"bad start '04/03/2026'"):
         parse_timestamp("04/03/2026", "start")
+
+
+def test_cell_positions_count_columns_in_base_26_without_zero() -> None:
+    assert [column_index(letters) for letters in ("A", "Z", "AA", "AZ", "XFD")] == [1, 26, 27, 52, 16384]
+    assert cell_position("$AB$12") == (12, 28) and cell_position("C") is None
+    assert range_cells("A1:C5") == 15 and range_cells("Revenue") == 0

@@ -3,6 +3,8 @@ the generated tasks, and one rollout through the agent loop against the scripted
 
 import asyncio
 import json
+import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -188,6 +190,20 @@ def test_app_cli(world_root, capsys):
     with pytest.raises(SystemExit) as exit_info:
         app_cli(["filesystem.read_file", "{bad json", "--world", str(world_root)])
     assert exit_info.value.code == 2 and "not valid JSON" in capsys.readouterr().err
+
+
+def test_an_app_cli_call_loads_only_its_app(world_root):
+    """Every bash line of the code-only harness starts an interpreter: a filesystem call must not pay for the office
+    libraries (all nine apps cost 1.6 s of imports per call)."""
+    probe = (
+        "import sys; from envs.apps.__main__ import main; "
+        f"main(['filesystem.list_files', '{{}}', '--world', {str(world_root)!r}]); "
+        "print(sorted(m for m in ('openpyxl', 'pycel', 'pdfplumber', 'pptx', 'docx') if m in sys.modules))"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]" and "notes/a.txt" in done.stdout
 
 
 # --- the code-only oracle on the generated tasks ----------------------------------------------------------------------
