@@ -8,9 +8,9 @@ its file library: openpyxl, pdfplumber, python-pptx, python-docx) loads when fir
 
 from typing import Any
 
-from envs.apps.base import APP_MODULES, Tool, ToolError, World, call_tool, load_apps, tool_schema
+from envs.apps.base import Tool, ToolError, World, call_tool, load_apps, tool_schema
 
-__all__ = ["APP_MODULES", "TOOLS", "Tool", "ToolError", "World", "call_tool", "load_apps", "tool_schema"]
+__all__ = ["TOOLS", "Tool", "ToolError", "World", "call_tool", "load_apps", "tool_schema"]
 
 
 def __getattr__(name: str) -> Any:

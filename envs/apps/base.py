@@ -29,6 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, cre
 
 from envs.apps.office_files import OfficeFileError, check_office_file
 from envs.files import atomic_write_json, file_kind, read_regular_bytes
+from envs.options import APP_NAMES
 from envs.paths import PathEscapeError, resolve_inside
 
 
@@ -205,17 +206,7 @@ class Tool:
 TOOLS: dict[str, Tool] = {}
 # Each app's module registers its tools when imported; the registry imports one when a name needs it, so one call (a
 # shell line of the code-only harness, `python -m envs.apps`) loads one app's file library, not all nine (1.6 s).
-APP_MODULES: tuple[str, ...] = (
-    "filesystem",
-    "docs",
-    "sheets",
-    "pdf",
-    "slides",
-    "mail",
-    "chat",
-    "calendar",
-    "code_exec",
-)
+
 
 Op = TypeVar("Op", bound=Callable[..., str])
 
@@ -251,14 +242,25 @@ def _arguments_model(name: str, fn: Callable[..., str]) -> type[BaseModel]:
 
 def load_apps(*apps: str) -> dict[str, Tool]:
     """Import the modules of ``apps`` (every app when none is named) so that their tools are registered; the
-    registry."""
-    for app in apps or APP_MODULES:
+    registry. With every app loaded it is in ``APP_NAMES`` order whatever loaded first: the order is the tool
+    listing a model is taught and prompted with."""
+    for app in apps or APP_NAMES:
         importlib.import_module(f"envs.apps.{app}")
+    if apps:
+        return TOOLS
+    by_app = sorted(TOOLS.values(), key=_app_rank)  # stable: an app's tools stay in their module's order
+    if list(TOOLS) != [tool.name for tool in by_app]:
+        TOOLS.clear()
+        TOOLS.update((tool.name, tool) for tool in by_app)
     return TOOLS
 
 
+def _app_rank(tool: Tool) -> int:
+    return APP_NAMES.index(tool.app)
+
+
 def get_tool(name: str) -> Tool:
-    if name not in TOOLS and (app := name.partition(".")[0]) in APP_MODULES:
+    if name not in TOOLS and (app := name.partition(".")[0]) in APP_NAMES:
         load_apps(app)
     if name not in TOOLS:
         load_apps()  # the hint names every tool

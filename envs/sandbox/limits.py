@@ -174,6 +174,7 @@ APP_CLI_SOURCES = (
     "envs/errors.py",
     "envs/files.py",
     "envs/jsonio.py",
+    "envs/options.py",
     "envs/paths.py",
     "envs/scratch.py",
     "envs/apps",
