@@ -7,6 +7,7 @@ from pathlib import Path
 BENCHMARKS = [
     ["sandbox_pool.py", "--starts", "3", "--cycles", "30", "--calls", "100"],
     ["oracle_throughput.py", "--runs", "64", "--per-world", "4"],
+    ["app_cli.py", "--calls", "5"],
     ["engine_decode.py"],
     ["engine_vs_vllm.py", "--repeats", "1"],  # prints "skipped" without .venv-vllm (`make bench-vllm` builds it)
     ["trainer_packing.py", "--repeats", "2"],
