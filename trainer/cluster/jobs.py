@@ -34,12 +34,19 @@ import httpx
 
 from envs.errors import RecipeError
 
+logger = logging.getLogger(__name__)
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXCLUDES = [".git", ".venv*", "data/", "runs/", "models/", ".prefect/", "**/__pycache__", ".pytest_cache/", ".cluster/"]
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 ACTIVE = frozenset({"PENDING", "RUNNING"})
 POLL_S = 2.0
 UPLOAD_TIMEOUT_S = 300.0
+NO_AGENT = "No available agent"
+"""Ray's dashboard refuses a submission with HTTP 500 and "No available agent to submit job, please try again later"
+until a node's dashboard agent has registered with the head, which can lag the node's start by minutes on a loaded
+machine (seen: 2 min after `recipe cluster up` saw all three nodes)."""
+AGENT_WAIT_S = 300.0
 
 
 class JobsError(RecipeError, RuntimeError):
@@ -138,7 +145,15 @@ class RayJobs:
             "entrypoint_num_cpus": 0,
             "entrypoint_resources": dict(command.resources) or None,
         }
-        return str(self._json("POST", "/api/jobs/", "submit job", json=body)["submission_id"])
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            try:
+                return str(self._json("POST", "/api/jobs/", "submit job", json=body)["submission_id"])
+            except JobsError as error:
+                if NO_AGENT not in str(error) or time.monotonic() >= deadline:
+                    raise
+                logger.info("submit job: the cluster has no job agent yet; trying again in %g s", POLL_S)
+            time.sleep(POLL_S)
 
     def find(self, job_id: str) -> str | None:
         """The job's status, or None when the cluster does not know the id (a restarted cluster, a typo)."""

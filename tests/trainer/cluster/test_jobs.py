@@ -9,6 +9,7 @@ import time
 import httpx
 import pytest
 
+from trainer.cluster import jobs as jobs_module
 from trainer.cluster.jobs import JobCommand, JobsError, RayJobs
 from trainer.skyrl.submit import outcome
 
@@ -18,8 +19,9 @@ LOG = "[dry run] Step 1:\n{'generate/batch_num_seq': 256, 'timing/step': 0.5, 't
 class Dashboard:
     """Answers like Ray's dashboard: a job runs for ``polls`` status reads, then ends with ``final``."""
 
-    def __init__(self, polls: int = 2, final: str = "SUCCEEDED") -> None:
+    def __init__(self, polls: int = 2, final: str = "SUCCEEDED", agentless_submits: int = 0) -> None:
         self.polls, self.final, self.reads, self.stopped = polls, final, 0, False
+        self.agentless_submits = agentless_submits  # submissions refused as a cluster whose agents are not up yet
         self.packages: dict[str, bytes] = {}
         self.submitted: dict = {}
 
@@ -35,6 +37,9 @@ class Dashboard:
                 self.packages[path] = request.content
                 return httpx.Response(200, json={})
             return httpx.Response(200 if path in self.packages else 404, json={})
+        if path == "/api/jobs/" and method == "POST" and self.agentless_submits:
+            self.agentless_submits -= 1
+            return httpx.Response(500, text="No available agent to submit job, please try again later.")
         if path == "/api/jobs/" and method == "POST":
             self.submitted = json.loads(request.content)
             return httpx.Response(200, json={"submission_id": self.submitted["submission_id"] or "raysubmit_1"})
@@ -106,6 +111,17 @@ def test_submission_uploads_the_working_dir_once_and_asks_for_the_resources(tmp_
     assert len(dashboard.packages) == 1
     client.submit(command, submission_id="rl-recipe-x-2")
     assert len(dashboard.packages) == 1  # the same content is not uploaded again
+
+
+def test_a_cluster_whose_job_agents_are_not_up_yet_is_asked_again(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(jobs_module, "POLL_S", 0.0)
+    command = JobCommand("trainer.x", working_dir=tmp_path)
+    dashboard = Dashboard(agentless_submits=3)
+    assert jobs(dashboard).submit(command, submission_id="rl-recipe-x-1") == "rl-recipe-x-1"
+    assert dashboard.agentless_submits == 0 and dashboard.submitted["submission_id"] == "rl-recipe-x-1"
+    monkeypatch.setattr(jobs_module, "AGENT_WAIT_S", 0.0)  # one that never gets an agent: the refusal, in one line
+    with pytest.raises(JobsError, match="submit job: HTTP 500: No available agent"):
+        jobs(Dashboard(agentless_submits=10**6)).submit(command, submission_id="rl-recipe-x-2")
 
 
 def test_errors_are_one_line_and_an_address_that_is_not_a_dashboard_url_is_refused() -> None:
