@@ -203,10 +203,9 @@ class Tool:
     arguments: type[BaseModel]
 
 
-TOOLS: dict[str, Tool] = {}
 # Each app's module registers its tools when imported; the registry imports one when a name needs it, so one call (a
 # shell line of the code-only harness, `python -m envs.apps`) loads one app's file library, not all nine (1.6 s).
-
+TOOLS: dict[str, Tool] = {}
 
 Op = TypeVar("Op", bound=Callable[..., str])
 

@@ -43,12 +43,11 @@ from envs.apps import TOOLS, ToolError, World, tool_schema
 from envs.apps.base import encodable_text
 from envs.faults import TOOL_FAULTS, FaultInjector, FaultKind
 from envs.mcp.variants import READ_OP_PREFIXES, BadVariant, Runner, runner_for
+from envs.options import APP_NAMES
 from envs.paths import PathEscapeError
 
 logger = logging.getLogger(__name__)
 
-APP_NAMES: tuple[str, ...] = tuple(dict.fromkeys(spec.app for spec in TOOLS.values()))
-"""The apps in registry order (alphabetical: calendar, chat, code_exec, docs, filesystem, mail, pdf, sheets, slides)."""
 
 # The SDK configures the root logger (basicConfig) and uvicorn at this level when a server is built: WARNING keeps
 # per-request lines out of the harness's logs and uvicorn's access log (which it prints on stdout) off.
