@@ -21,7 +21,7 @@ from envs.build import build_environment
 from envs.net import serve_in_thread
 from tasks.run_store import RunStore, StageStatus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0

@@ -15,7 +15,7 @@ from tasks.catalog import Catalog
 from tasks.report import audit_lines, write_report
 from tasks.run_store import RunStore, StageStatus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 PASSED, FAILED, SKIPPED = StageStatus.PASSED, StageStatus.GATE_FAILED, StageStatus.SKIPPED
 

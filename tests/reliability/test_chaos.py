@@ -23,7 +23,7 @@ from tasks.catalog import Catalog
 from tasks.faults import FAULT_REPORT
 from tasks.run_store import RunStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 STOP_AFTER = os.environ.get("RL_RECIPE_CHAOS_STAGE", "systems")
 RATE = float(os.environ.get("RL_RECIPE_CHAOS_RATE", "0.1"))
