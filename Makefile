@@ -18,10 +18,8 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 		|| echo "warning: bubblewrap not installed; sandboxed code runs with resource limits only"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	@# --no-compile: bytecode is written on first import instead, for the modules a run imports (a fraction of these
-	@# packages); measured 96 -> 52 s for this step in a fresh venv (2 cores).
-	$(PIP) install -q --no-compile "$(TORCH_PIN)"
-	$(PIP) install -q --no-compile $(LOCK) -e ".[dev]" "$(TORCH_PIN)"
+	$(PIP) install -q "$(TORCH_PIN)"
+	$(PIP) install -q $(LOCK) -e ".[dev]" "$(TORCH_PIN)"
 	@touch $(STAMP)
 
 install: $(STAMP)
