@@ -11,6 +11,7 @@ BENCHMARKS = [
     ["engine_decode.py"],
     ["engine_vs_vllm.py", "--repeats", "1"],  # prints "skipped" without .venv-vllm (`make bench-vllm` builds it)
     ["trainer_packing.py", "--repeats", "2"],
+    ["sft_packing.py", "--batches", "4", "--repeats", "2"],
     ["rollouts_e2e.py"],
     ["explorer_scale.py", "--trajectories", "100000", "--repeats", "3"],
 ]

@@ -463,7 +463,7 @@ def train_base(
         max_wall_seconds=spec.max_wall_seconds,
         log_every=spec.log_every,
     )
-    result = train_sft(model, tokenized.examples, sft, pad_id=int(tokenizer.pad_token_id), progress=progress)
+    result = train_sft(model, tokenized.examples, sft, progress=progress)
     return model, result
 
 

@@ -1,13 +1,18 @@
 """Supervised fine-tuning on assistant tokens only: the bootstrap's next-token loss, AdamW, warmup + cosine schedule.
 
-Loss of a batch of B token sequences (right-padded), targets y_{i,t+1} predicted from the prefix x_{i,≤t}:
+Loss of a batch of B token sequences, targets y_{i,t+1} predicted from the prefix x_{i,≤t}:
 
     L = Σ_{i,t} m_{i,t+1} · (−log p_θ(y_{i,t+1} | x_{i,≤t})) / Σ_{i,t} m_{i,t+1}
 
-with m the loss mask (1 on assistant tokens — the ones the policy samples at rollout time — 0 on the prompt,
-tool observations and padding). Deterministic: the batch order is a seeded permutation per epoch.
+with m the loss mask (1 on assistant tokens — the ones the policy samples at rollout time — 0 on the prompt and
+tool observations). Deterministic: the batch order is a seeded permutation per epoch.
 
-    result = train_sft(model, examples, SftConfig(steps=600, batch_size=64, lr=3e-3), pad_id=tok.pad_token_id)
+A batch goes through the model as one packed row (``pack``): the sequences back to back, positions restarting at 0
+for each, attention causal within each (``trainer.local.packed_attention``), so no compute is spent on padding — the
+bootstrap's traces run from a few dozen to ~1000 tokens, and right-padding a batch to its longest computed ~2x its
+tokens. The loss is the same sum over the same targets.
+
+    result = train_sft(model, examples, SftConfig(steps=600, batch_size=64, lr=3e-3))
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from trainer.local.packed_attention import per_sequence_attention, sequence_bounds
 from trainer.traces import TokenizedTrace
 
 
@@ -70,37 +76,54 @@ def batch_order(n_examples: int, batch_size: int, seed: int) -> Iterator[list[in
         pending = pending[batch_size:]
 
 
-def collate(examples: Sequence[TokenizedTrace], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Right-padded ``tokens_BT`` and ``mask_BT`` (padding gets mask 0)."""
-    width = max(len(e.tokens) for e in examples)
-    tokens = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.float32)
-    for row, example in enumerate(examples):
-        tokens[row, : len(example.tokens)] = torch.tensor(example.tokens)
-        mask[row, : len(example.loss_mask)] = torch.tensor(example.loss_mask, dtype=torch.float32)
-    return tokens, mask
+@dataclass(frozen=True)
+class PackedBatch:
+    """B sequences as one row of N = Σ (len_i − 1) inputs: each sequence's tokens but its last, ``positions_N``
+    restarting at 0 per sequence, ``bounds`` the sequences' offsets (0, len_0 − 1, …, N), and for every input its
+    next token ``targets_N`` and whether that target is trained on (``mask_N``)."""
+
+    input_ids_N: Tensor
+    positions_N: Tensor
+    bounds: Tensor
+    targets_N: Tensor
+    mask_N: Tensor
 
 
-def masked_nll(model: PreTrainedModel, tokens_BT: Tensor, mask_BT: Tensor) -> Tensor:
-    """Mean next-token NLL over masked target positions (formula in the module docstring).
+def pack(examples: Sequence[TokenizedTrace]) -> PackedBatch:
+    """The examples (each ≥ 2 tokens) as one ``PackedBatch``."""
+    if any(len(e.tokens) < 2 for e in examples):
+        raise ValueError("an SFT example needs at least 2 tokens (an input and a target)")
+    lengths = torch.tensor([len(e.tokens) - 1 for e in examples])
+    return PackedBatch(
+        input_ids_N=torch.tensor([t for e in examples for t in e.tokens[:-1]]),
+        positions_N=torch.cat([torch.arange(n) for n in lengths.tolist()]),
+        bounds=sequence_bounds(lengths),
+        targets_N=torch.tensor([t for e in examples for t in e.tokens[1:]]),
+        mask_N=torch.tensor([bool(m) for e in examples for m in e.loss_mask[1:]]),
+    )
 
-    Right padding needs no attention mask: causal attention never lets a real token see the padding after it.
-    """
-    hidden_BTH = model.model(input_ids=tokens_BT[:, :-1]).last_hidden_state
+
+def masked_nll(model: PreTrainedModel, batch: PackedBatch) -> Tensor:
+    """Mean next-token NLL over masked target positions (formula in the module docstring)."""
+    with per_sequence_attention(model):
+        hidden_NH = model.model(
+            input_ids=batch.input_ids_N[None],
+            position_ids=batch.positions_N[None],
+            cu_seq_lens_q=batch.bounds,
+            use_cache=False,
+        ).last_hidden_state[0]
     # Project to the vocabulary only where the loss looks: assistant tokens are a small share of a trace, and the
     # output layer is the largest matmul of a tiny model.
-    targets = mask_BT[:, 1:].bool()
-    logits_NV = model.lm_head(hidden_BTH[targets])
-    if logits_NV.shape[0] == 0:
-        return logits_NV.sum()  # no target in the batch: zero loss that still has a graph
-    return torch.nn.functional.cross_entropy(logits_NV.float(), tokens_BT[:, 1:][targets])
+    logits_MV = model.lm_head(hidden_NH[batch.mask_N])
+    if logits_MV.shape[0] == 0:
+        return logits_MV.sum()  # no target in the batch: zero loss that still has a graph
+    return torch.nn.functional.cross_entropy(logits_MV.float(), batch.targets_N[batch.mask_N])
 
 
 def train_sft(
     model: PreTrainedModel,
     examples: Sequence[TokenizedTrace],
     config: SftConfig,
-    pad_id: int,
     progress: Callable[[str], None] | None = None,
 ) -> SftResult:
     """Train ``model`` in place on ``examples`` for ``config.steps`` steps (or until the wall-clock limit)."""
@@ -116,8 +139,7 @@ def train_sft(
     for step in range(config.steps):
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, config)
-        tokens, mask = collate([examples[i] for i in next(batches)], pad_id)
-        loss = masked_nll(model, tokens, mask)
+        loss = masked_nll(model, pack([examples[i] for i in next(batches)]))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)

@@ -1,20 +1,37 @@
-"""The SFT loss: mean next-token NLL over loss-masked target positions only."""
+"""The SFT loss: mean next-token NLL over loss-masked target positions only, computed on the packed batch."""
 
+import pytest
 import torch
 
 from trainer.model import END_OF_TEXT, IM_END, TinyModelSpec, build_tiny_model
-from trainer.sft import masked_nll
+from trainer.sft import masked_nll, pack
+from trainer.traces import TokenizedTrace
 
 
-def test_masked_nll_equals_full_logits_cross_entropy_on_masked_targets():
+def test_the_packed_loss_equals_each_sequence_on_its_own():
     spec = TinyModelSpec(layers=2, hidden=64, heads=1, kv_heads=1, head_dim=64, intermediate=128, seed=0)
     model = build_tiny_model(spec, vocab_size=50, special_ids={IM_END: 1, END_OF_TEXT: 0})
-    tokens = torch.randint(2, 50, (3, 12), generator=torch.Generator().manual_seed(0))
-    mask = torch.zeros(3, 12, dtype=torch.long)
-    mask[0, 5:9] = 1
-    mask[2, 1:3] = 1
-    logits = model(input_ids=tokens[:, :-1]).logits
-    full = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens[:, 1:], reduction="none")
-    expected = (full * mask[:, 1:]).sum() / mask[:, 1:].sum()
-    assert torch.allclose(masked_nll(model, tokens, mask), expected, atol=1e-6)
-    assert masked_nll(model, tokens, torch.zeros_like(mask)).item() == 0.0
+    generator = torch.Generator().manual_seed(0)
+    lengths, masked = (12, 5, 9), ((5, 9), (1, 3), (2, 9))  # different lengths: no sequence sees another's tokens
+    examples = []
+    for length, (start, stop) in zip(lengths, masked, strict=True):
+        mask = [int(start <= t < stop) for t in range(length)]
+        examples.append(TokenizedTrace(torch.randint(2, 50, (length,), generator=generator).tolist(), mask))
+    nll_sum, targets = 0.0, 0
+    for example in examples:
+        tokens, mask = torch.tensor([example.tokens]), torch.tensor(example.loss_mask[1:], dtype=torch.bool)
+        logits = model(input_ids=tokens[:, :-1]).logits[0]
+        full = torch.nn.functional.cross_entropy(logits, tokens[0, 1:], reduction="none")
+        nll_sum, targets = nll_sum + full[mask].sum(), targets + int(mask.sum())
+    assert torch.allclose(masked_nll(model, pack(examples)), nll_sum / targets, atol=1e-6)
+    unmasked = [TokenizedTrace(e.tokens, [0] * len(e.tokens)) for e in examples]
+    assert masked_nll(model, pack(unmasked)).item() == 0.0
+
+
+def test_pack_lays_the_sequences_back_to_back():
+    batch = pack([TokenizedTrace([5, 6, 7], [0, 1, 1]), TokenizedTrace([8, 9], [0, 1])])
+    assert batch.input_ids_N.tolist() == [5, 6, 8] and batch.targets_N.tolist() == [6, 7, 9]
+    assert batch.positions_N.tolist() == [0, 1, 0] and batch.bounds.tolist() == [0, 2, 3]
+    assert batch.mask_N.tolist() == [True, True, True]
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        pack([TokenizedTrace([5], [1])])
