@@ -119,9 +119,12 @@ def planned_loops(config: RecipeConfig, hero_arm: str | None = None) -> dict[str
         "samples_per_prompt": ablations.samples_per_prompt,
         "steps": ablations.steps,
         "checkpoint_every": 0,
+        "workers": rollout.workers,
+        "max_staleness": rollout.max_staleness,
+        "runtime": config.backends.runtime,
     }
     for name, arm in ablations.arms.items():
-        loops[name] = ("ablations", loop(LoopKind.SYNC, arm.algorithm, arm.context_nudge, arm_shape))
+        loops[name] = ("ablations", loop(ablations.loop, arm.algorithm, arm.context_nudge, arm_shape))
     hero, landed = stages.hero, hero_arm or ablations.prior
     hero_shape = {
         "prompts_per_step": hero.prompts_per_step or rollout.prompts_per_step,

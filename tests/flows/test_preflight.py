@@ -65,3 +65,12 @@ def test_the_dry_run_of_a_cpu_cluster_names_its_nodes_and_entry_points() -> None
     )
     assert "reload_weights from a new folder per version" in lines
     assert "-m trainer.cluster.train_job <job folder>/spec.json on a node with {'trainer': 1.0}" in lines
+
+
+@pytest.mark.parametrize(("loop", "kind"), [("sync", "sync"), ("async", "async")])
+def test_the_dry_run_shows_the_loop_the_ablation_arms_train_with(loop: str, kind: str) -> None:
+    config = load_profile("local", [f"stages.ablations.loop={loop}", "stages.ablations.steps=3"])
+    lines = dry_run.plan_lines(config, check=False)
+    arms = [line for line in lines if line.strip().startswith("train ") and "3 steps" in line]
+    assert len(arms) == len(config.stages.ablations.arms)
+    assert all(f"{kind} loop, 3 steps" in line for line in arms)
