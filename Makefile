@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 LOCK := -c requirements.lock
 
 .PHONY: install demo test test-e2e test-slow test-browser test-cluster cluster-demo bench learn lint lock clean test-vllm chaos \
-	docker-base test-docker install-cluster gate-matrix
+	docker-base test-docker install-cluster gate-matrix ablations
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -42,6 +42,12 @@ test-e2e: install
 
 test-slow: install
 	$(PY) -m pytest -m slow
+
+# The recipe's seven ablation arms long enough to compare (deployments/profiles/ablations.yaml: 24 async steps and 8
+# held-out passes per arm): the local chain through its ablations stage; prints each arm's Pass@1, paired CI and
+# mechanism activity (docs/benchmarks.md). Reuses the cached local base.
+ablations: install
+	$(VENV)/bin/recipe run --profile ablations --stop-after ablations
 
 # The gate matrix: each deliberate defect (profile `defects:`) fails its own stage's gate — the plumbing defects on the
 # smoke profile, the learning ones on copies of one healthy local run (which bootstraps the local base if not cached).

@@ -259,10 +259,13 @@ def load_harbor(task_dir: Path) -> TaskSpec:
 
 
 def load_harbor_dir(root: Path) -> list[TaskSpec]:
-    """Every non-hidden sub-folder of ``root`` is a Harbor task folder (sorted by name); one bad folder loads none."""
+    """Every sub-folder of ``root`` is a Harbor task folder (sorted by name), but hidden ones and ``__pycache__`` (which
+    Python writes beside an ``__init__.py`` on import, as in the bundled tasks' package); one bad folder loads none."""
     if not root.is_dir():
         raise TaskLoadError(root, [(None, "is not a folder")])
-    task_dirs = sorted(path for path in root.iterdir() if path.is_dir() and not path.name.startswith("."))
+    task_dirs = sorted(
+        path for path in root.iterdir() if path.is_dir() and not path.name.startswith((".", "__pycache__"))
+    )
     if not task_dirs:
         raise TaskLoadError(root, [(None, "holds no task folders")])
     return [load_harbor(task_dir) for task_dir in task_dirs]

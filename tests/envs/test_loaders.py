@@ -358,6 +358,7 @@ def test_harbor_dir_loads_sorted_and_one_bad_folder_loads_nothing(tmp_path: Path
     _harbor_task(tmp_path, "a-task")
     (tmp_path / ".cache").mkdir()
     (tmp_path / "README.md").write_text("tasks")
+    (tmp_path / "__pycache__").mkdir()  # what Python writes on importing the bundled tasks' package
     assert [task.task_id for task in load_harbor_dir(tmp_path)] == ["a-task", "b-task"]
     (tmp_path / "c-task").mkdir()
     with pytest.raises(TaskLoadError, match=r"c-task: field 'instruction\.md'"):
