@@ -35,3 +35,5 @@ def test_pack_lays_the_sequences_back_to_back():
     assert batch.mask_N.tolist() == [True, True, True]
     with pytest.raises(ValueError, match="at least 2 tokens"):
         pack([TokenizedTrace([5], [1])])
+    with pytest.raises(ValueError, match="a mask entry per token"):
+        pack([TokenizedTrace([5, 6, 7], [0, 1])])
