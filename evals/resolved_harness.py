@@ -1,6 +1,7 @@
 """The harness an eval runs with: the policy's ``harness.json`` (``envs.harness.policy``: tool listing, system
 prompt, apps, context budget, max tokens per turn — what it was trained with), found in ``spec.policy``, else in the
-tokenizer folder, else in the model when that is a local folder; ``spec.harness_config``'s set fields go on top.
+tokenizer folder, else in the model when that is a local folder (the terminal harness with the policy's terminal turn
+limit, ``PolicyHarness.for_terminal``); ``spec.harness_config``'s set fields go on top.
 Without a ``harness.json`` the ``HarnessConfig`` defaults apply. ``ResolvedHarness.origin`` says where the settings
 came from, for the run's files and for error hints.
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness
 from evals.errors import EvalConfigError
-from evals.spec import EvalSpec
+from evals.spec import EvalSpec, HarnessKind
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ def resolve_harness(spec: EvalSpec) -> ResolvedHarness:
             source = folder / HARNESS_FILE
             break
     base = stored or PolicyHarness(harness=HarnessConfig())
+    if spec.harness is HarnessKind.TERMINAL:
+        base = base.for_terminal()
     settings = base.model_copy(update={"harness": spec.harness_config.apply(base.harness)})
     overridden = sorted(spec.harness_config.model_dump(exclude_none=True))
     return ResolvedHarness(settings, source, looked_in, overridden)

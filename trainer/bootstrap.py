@@ -8,8 +8,10 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
    first call is a wrong tool / file / argument, answered with what that call really returned — or, when that call
    failed with an error, followed by the oracle's calls and answer (``recover_after_error``; ``trainer.traces``); a
    ``code_only_share`` of them recorded in the code-only harness (bash running the app CLI), and the bundled
-   multiple-choice suite's questions with their answers (``mcq_examples_per_question``; ``trainer.mcq_examples``) —
-   what the transfer stage checks the trained policy can still do;
+   multiple-choice suite's questions with their answers (``mcq_examples_per_question``; ``trainer.mcq_examples``)
+   and the bundled terminal tasks, each solved by its reference script in one ``bash`` call
+   (``terminal_examples_per_task``; ``trainer.terminal_examples``) — what the transfer stage checks the trained policy
+   can still do;
 3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
 4. layout: every trace rendered exactly as its harness (compact tool listing) records a rollout; a few of each
    harness are replayed through ``run_agent`` and must match token for token;
@@ -55,6 +57,7 @@ from envs.harness.agent import HarnessConfig
 from envs.harness.chat import compact_system_prompt
 from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
+from envs.harness.terminal import TERMINAL_TOOLS, bundled_terminal_tasks
 from envs.harness.tools import InProcessSession, LocalToolSession
 from envs.oracle import require_oracle
 from envs.sandbox.world_copy import fork_world
@@ -63,6 +66,7 @@ from envs.types import Split, TaskSpec
 from envs.worlds import world_index
 from evals.mcq import BUNDLED_MCQ, McqRow, load_mcq
 from evals.spec import HarnessKind
+from trainer import terminal_examples
 from trainer.engine import Engine, EngineConfig
 from trainer.mcq_examples import corpus_texts, mcq_examples
 from trainer.model import build_tiny_model, load_policy, save_policy
@@ -130,9 +134,18 @@ def harness_config(spec: BootstrapSpec) -> HarnessConfig:
     )
 
 
+def terminal_harness_config(spec: BootstrapSpec) -> HarnessConfig:
+    """The harness the base's terminal examples are recorded with: its own, longer turns (shell scripts)."""
+    return harness_config(spec).model_copy(update={"max_tokens_per_turn": spec.terminal_max_tokens_per_turn})
+
+
 def policy_harness(spec: BootstrapSpec) -> PolicyHarness:
-    """The base's ``harness.json``: ``harness_config(spec)`` over ``spec.apps``."""
-    return PolicyHarness.from_training(harness_config(spec), spec.apps)
+    """The base's ``harness.json``: ``harness_config(spec)`` over ``spec.apps``, and the terminal harness's turn
+    limit when the base was taught terminal tasks."""
+    settings = PolicyHarness.from_training(harness_config(spec), spec.apps)
+    if not spec.terminal_examples_per_task:
+        return settings
+    return settings.model_copy(update={"terminal_max_tokens_per_turn": spec.terminal_max_tokens_per_turn})
 
 
 def content_hash(spec: BootstrapSpec, data: Path) -> str:
@@ -144,7 +157,10 @@ def content_hash(spec: BootstrapSpec, data: Path) -> str:
             f"(recipe envs generate --out {data})"
         )
     digest = hashlib.sha256(BOOTSTRAP_VERSION.encode())
-    digest.update(spec.model_dump_json().encode())
+    # A base taught no terminal tasks hashes as before those fields existed: its cached folder stays valid.
+    terminal_fields = {"terminal_examples_per_task", "terminal_max_tokens_per_turn"}
+    untaught = None if spec.terminal_examples_per_task else terminal_fields
+    digest.update(spec.model_dump_json(exclude=untaught).encode())
     digest.update(manifest.content_digest.encode())
     return digest.hexdigest()[:16]
 
@@ -368,8 +384,8 @@ def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Prog
 @dataclass(frozen=True)
 class ImitationSet:
     """What the base imitates: the train tasks (by id), every drawn trace in task order, the tool listing of each
-    harness and the harness settings they are rendered with, and the multiple-choice rows it is taught;
-    ``worlds_root`` holds the pristine worlds the parity replays fork."""
+    harness and the harness settings they are rendered with, and the multiple-choice rows and terminal tasks it is
+    taught; ``worlds_root`` holds the pristine worlds the parity replays fork."""
 
     tasks_by_id: dict[str, TaskSpec]
     traces: list[Trace]
@@ -377,12 +393,14 @@ class ImitationSet:
     config: HarnessConfig
     worlds_root: Path
     mcq_rows: list[McqRow]
+    terminal_tasks: list[TaskSpec]
 
 
 @dataclass(frozen=True)
 class TokenizedImitation:
     """The tokenizer trained for an ``ImitationSet`` and its traces rendered as training examples (one per trace, then
-    one per multiple-choice row; a trace drawn more than once is rendered once, ``rendered`` by object id)."""
+    the multiple-choice and terminal examples; a trace drawn more than once is rendered once, ``rendered`` by object
+    id)."""
 
     tokenizer: PreTrainedTokenizerFast
     examples: list[TokenizedTrace]
@@ -418,6 +436,7 @@ def draw_imitation_set(tasks: Sequence[TaskSpec], worlds_root: Path, spec: Boots
         config=harness_config(spec),
         worlds_root=worlds_root,
         mcq_rows=load_mcq(BUNDLED_MCQ) if spec.mcq_examples_per_question else [],
+        terminal_tasks=bundled_terminal_tasks() if spec.terminal_examples_per_task else [],
     )
 
 
@@ -432,7 +451,11 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     ]
     train_tasks = list(imitation.tasks_by_id.values())
     corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts))
-    tokenizer = train_tokenizer([*corpus, *corpus_texts(imitation.mcq_rows)], spec.vocab_size)
+    terminal_texts = terminal_examples.corpus_texts(imitation.terminal_tasks)
+    if imitation.terminal_tasks:
+        specs = asyncio.run(RegistryToolSession(TERMINAL_TOOLS).list_tools())
+        terminal_texts.append(compact_system_prompt(config.system_prompt, specs, config.tool_listing))
+    tokenizer = train_tokenizer([*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts], spec.vocab_size)
     rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
     examples = []
     for trace in imitation.traces:
@@ -441,6 +464,9 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
             rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
     examples += mcq_examples(tokenizer, imitation.mcq_rows, spec.mcq_examples_per_question)
+    examples += terminal_examples.terminal_examples(
+        tokenizer, imitation.terminal_tasks, terminal_harness_config(spec), spec.terminal_examples_per_task
+    )
     tokenized = TokenizedImitation(tokenizer, examples, rendered)
     asyncio.run(_check_parity_sample(imitation, tokenized, spec))
     return tokenized

@@ -112,6 +112,12 @@ class BootstrapSpec(BaseModel):
         description="examples per question of the bundled multiple-choice suite (trainer.mcq_examples): the knowledge "
         "the transfer stage's regression suite checks the trained policy kept",
     )
+    terminal_examples_per_task: int = Field(
+        0,
+        ge=0,
+        description="examples per bundled terminal task, each solved by its reference script in one bash call "
+        "(trainer.terminal_examples): the shell work the transfer stage's terminal suite checks the policy kept",
+    )
     train_task_limit: int | None = Field(
         None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"
     )
@@ -128,6 +134,9 @@ class BootstrapSpec(BaseModel):
     parity_checks: int = Field(4, ge=0, description="traces replayed through run_agent (clean and noisy)")
     eval_samples: int = Field(4, ge=0, description="sampled rollouts per task for Pass@1 (0: no eval)")
     max_tokens_per_turn: int = Field(96, ge=1)
+    terminal_max_tokens_per_turn: int = Field(
+        384, ge=1, description="the terminal harness's turn limit: the taught scripts run 60-300 tokens"
+    )
     max_turns: int = Field(4, ge=1)
 
     @model_validator(mode="after")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.errors import RecipeError
 from envs.files import atomic_write_text
@@ -40,6 +40,16 @@ class PolicyHarness(BaseModel):
 
     apps: tuple[str, ...] | None = None
     harness: HarnessConfig
+    terminal_max_tokens_per_turn: int | None = Field(None, ge=1)
+    """The turn limit the policy was taught shell scripts with for the terminal harness (the local base's reference
+    solutions run past its app-tool turns); None: ``harness.max_tokens_per_turn``."""
+
+    def for_terminal(self) -> PolicyHarness:
+        """These settings as the terminal harness runs them: its own turn limit, if the policy has one."""
+        if self.terminal_max_tokens_per_turn is None:
+            return self
+        harness = self.harness.model_copy(update={"max_tokens_per_turn": self.terminal_max_tokens_per_turn})
+        return self.model_copy(update={"harness": harness})
 
     @classmethod
     def from_training(cls, harness: HarnessConfig, apps: Sequence[str] | None) -> PolicyHarness:

@@ -260,6 +260,17 @@ def test_cache_key_follows_environment_content_not_its_build_time(full_data, tmp
         content_hash(TINY, rebuilt)
 
 
+def test_a_base_taught_terminal_tasks_keys_and_stores_their_turn_limit(full_data):
+    taught = TINY.model_copy(update={"terminal_examples_per_task": 2})
+    assert content_hash(taught, full_data) != content_hash(TINY, full_data)
+    assert policy_harness(taught).terminal_max_tokens_per_turn == taught.terminal_max_tokens_per_turn
+    # untaught, the terminal fields are out of the key (bases cached before they existed stay valid) and the policy
+    assert content_hash(TINY.model_copy(update={"terminal_max_tokens_per_turn": 99}), full_data) == content_hash(
+        TINY, full_data
+    )
+    assert policy_harness(TINY).terminal_max_tokens_per_turn is None
+
+
 def test_tiny_bootstrap_end_to_end_then_cache_hit(small_data, tmp_path):
     lines: list[str] = []
     result = bootstrap(TINY, small_data, tmp_path / "models", progress=lines.append)

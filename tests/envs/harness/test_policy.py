@@ -55,3 +55,15 @@ def test_malformed_files_name_the_file_and_the_field(tmp_path, text, named):
         read_policy_harness(tmp_path)
     assert str(tmp_path / HARNESS_FILE) in str(error.value) and f"{named}:" in str(error.value)
     assert isinstance(error.value, RecipeError)  # the CLI prints it as one line
+
+
+def test_the_terminal_harness_runs_with_the_turn_limit_the_policy_was_taught_scripts_with(tmp_path):
+    taught = PolicyHarness(apps=("sheets",), harness=TRAINED, terminal_max_tokens_per_turn=384)
+    assert taught.for_terminal().harness == TRAINED.model_copy(update={"max_tokens_per_turn": 384})
+    assert taught.for_terminal().apps == ("sheets",)
+    untaught = PolicyHarness(harness=TRAINED)
+    assert untaught.for_terminal() is untaught
+    write_policy_harness(tmp_path, taught)
+    assert read_policy_harness(tmp_path) == taught
+    (tmp_path / HARNESS_FILE).write_text('{"harness": {}}')  # written before the field existed: still read
+    assert read_policy_harness(tmp_path).terminal_max_tokens_per_turn is None
