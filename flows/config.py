@@ -520,6 +520,9 @@ class TransferStage(_Section):
     """Other tasks, other harness: the bundled terminal tasks."""
     mcq: bool = True
     """Regression suite: the bundled GPQA/HLE-style multiple-choice set."""
+    terminal_passes: int | None = Field(None, ge=1, le=MAX_STEPS)
+    """Passes over the terminal tasks (None: ``passes``): with 11 tasks, a drop of 0.1 needs more passes than the
+    code-only suite's 89 tasks to leave the CI."""
     mcq_passes: int | None = Field(None, ge=1, le=MAX_STEPS)
     """Passes over the MCQ suite (None: ``passes``): one short reply per question is cheap next to an agent rollout,
     and its 40 questions need more passes for a CI that resolves a drop of 0.1."""

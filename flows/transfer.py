@@ -48,17 +48,23 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         _, heldout = stage.task_sets(settings)
         engine = stage.tuned_engine(settings.harness.context_budget_tokens)
         harness_suites = {
-            "code_only": (heldout, HarnessKind.CODE_ONLY, settings, section.code_only),
-            "terminal": (None, HarnessKind.TERMINAL, settings.for_terminal(), section.terminal),
+            "code_only": (heldout, HarnessKind.CODE_ONLY, settings, section.passes, section.code_only),
+            "terminal": (
+                None,
+                HarnessKind.TERMINAL,
+                settings.for_terminal(),
+                section.terminal_passes or section.passes,
+                section.terminal,
+            ),
         }
         trials = {}
-        for suite, (tasks, harness, suite_settings, enabled) in harness_suites.items():
+        for suite, (tasks, harness, suite_settings, passes, enabled) in harness_suites.items():
             if not enabled:
                 continue
             with stage.timed(suite):
                 trials[suite] = {
                     label: stage.evaluate(
-                        EvalJob(suite, label, policy, tasks, harness, section.passes, suite_settings, engine)
+                        EvalJob(suite, label, policy, tasks, harness, passes, suite_settings, engine)
                     ).trial_results()
                     for label, policy in policies.items()
                 }
