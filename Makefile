@@ -30,9 +30,10 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/recipe run --profile local
 
-# The default suite: units, components and their real servers, processes and sandboxes (~10 min with the install).
+# The default suite: units, components and their real servers, processes and sandboxes. pytest-xdist runs one worker
+# per core, a test file per worker at a time (its module fixtures are built once).
 test: install
-	$(PY) -m pytest --durations=10
+	$(PY) -m pytest -n auto --dist loadfile --durations=10
 
 # The smoke chain end to end through Prefect: in-process flows (a gate failing, a resume, a known-bad tool, the chaos
 # run) and a `recipe server` process with `recipe serve`'s deployments (the nightly gate and its alert, the UI's retry,

@@ -23,7 +23,9 @@ from hypothesis import HealthCheck, settings
 # Task fixtures written in other projects' layouts (Harbor tasks carry their own tests/test_*.py): data, not tests.
 collect_ignore_glob = ["envs/data/*"]
 
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
+# Each xdist worker gets a home of its own (its database is one writer's), not the one the controller passed down.
+if "PREFECT_HOME" not in os.environ or "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
