@@ -1,4 +1,4 @@
-"""Which harness settings an eval runs with: the policy's harness.json, per harness, with the spec's overrides on top."""
+"""The harness settings an eval runs with: the policy's harness.json, per harness, with the spec's overrides on top."""
 
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness, write_policy_harness
@@ -6,7 +6,9 @@ from evals.resolved_harness import resolve_harness
 from evals.sources import SourceKind, TaskSource
 from evals.spec import EngineSpec, EvalSpec, HarnessKind, HarnessOverrides
 
-TAUGHT = PolicyHarness(apps=("sheets",), harness=HarnessConfig(max_tokens_per_turn=96), terminal_max_tokens_per_turn=384)
+TAUGHT = PolicyHarness(
+    apps=("sheets",), harness=HarnessConfig(max_tokens_per_turn=96), terminal_max_tokens_per_turn=384
+)
 
 
 def _spec(tmp_path, harness: HarnessKind, **overrides) -> EvalSpec:

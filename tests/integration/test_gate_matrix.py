@@ -77,7 +77,11 @@ LEARNING_CASES = [
     Case(Defect.SHUFFLED_REWARDS, ("held-out Pass@1 gain, CI low end",), "training", "train reward"),
     Case(
         Defect.DAMAGED_POLICY,
-        ("code_only: trained − base, CI high end", "mcq: trained − base, CI high end"),
+        (
+            "code_only: trained − base, CI high end",
+            "terminal: trained − base, CI high end",
+            "mcq: trained − base, CI high end",
+        ),
         "mcq",
         "lost what the base could do",
     ),
