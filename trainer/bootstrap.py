@@ -134,11 +134,6 @@ def harness_config(spec: BootstrapSpec) -> HarnessConfig:
     )
 
 
-def terminal_harness_config(spec: BootstrapSpec) -> HarnessConfig:
-    """The harness the base's terminal examples are recorded with: its own, longer turns (shell scripts)."""
-    return harness_config(spec).model_copy(update={"max_tokens_per_turn": spec.terminal_max_tokens_per_turn})
-
-
 def policy_harness(spec: BootstrapSpec) -> PolicyHarness:
     """The base's ``harness.json``: ``harness_config(spec)`` over ``spec.apps``, and the terminal harness's turn
     limit when the base was taught terminal tasks."""
@@ -453,7 +448,7 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts))
     terminal_texts = terminal_examples.corpus_texts(imitation.terminal_tasks)
     if imitation.terminal_tasks:
-        specs = asyncio.run(RegistryToolSession(TERMINAL_TOOLS).list_tools())
+        specs = imitation.tool_specs[HarnessKind.TERMINAL]
         terminal_texts.append(compact_system_prompt(config.system_prompt, specs, config.tool_listing))
     tokenizer = train_tokenizer([*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts], spec.vocab_size)
     rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
@@ -464,8 +459,10 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
             rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
     examples += mcq_examples(tokenizer, imitation.mcq_rows, spec.mcq_examples_per_question)
+    # Recorded with the turn limit the base's harness.json gives the terminal harness (policy_harness).
+    terminal_config = policy_harness(spec).for_terminal().harness
     examples += terminal_examples.terminal_examples(
-        tokenizer, imitation.terminal_tasks, terminal_harness_config(spec), spec.terminal_examples_per_task
+        tokenizer, imitation.terminal_tasks, terminal_config, spec.terminal_examples_per_task
     )
     tokenized = TokenizedImitation(tokenizer, examples, rendered)
     asyncio.run(_check_parity_sample(imitation, tokenized, spec))
@@ -495,11 +492,12 @@ def train_base(
 
 async def list_tool_specs(apps: Sequence[str]) -> dict[HarnessKind, list[dict[str, Any]]]:
     """The ``{name, description, input_schema}`` listing each harness's tool session shows the policy: the app
-    tools of ``apps``, and the code-only tools."""
+    tools of ``apps``, the code-only tools and the terminal harness's ``bash``."""
     # The listings do not depend on the world; a session over an empty one gives the names and schemas.
     return {
         HarnessKind.MCP: await LocalToolSession(World(Path(".")), apps=apps).list_tools(),
         HarnessKind.CODE_ONLY: await RegistryToolSession(CODE_TOOLS).list_tools(),
+        HarnessKind.TERMINAL: await RegistryToolSession(TERMINAL_TOOLS).list_tools(),
     }
 
 
