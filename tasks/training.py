@@ -69,6 +69,7 @@ def loop_config(
         "harness": settings.harness,
         "trainer": trainer,
         "apps": settings.apps,
+        "terminal_max_tokens_per_turn": settings.terminal_max_tokens_per_turn,
         "seed": seed,
         "checkpoint_every": checkpoint_every,
         "max_num_seqs": max_num_seqs,

@@ -137,10 +137,8 @@ def harness_config(spec: BootstrapSpec) -> HarnessConfig:
 def policy_harness(spec: BootstrapSpec) -> PolicyHarness:
     """The base's ``harness.json``: ``harness_config(spec)`` over ``spec.apps``, and the terminal harness's turn
     limit when the base was taught terminal tasks."""
-    settings = PolicyHarness.from_training(harness_config(spec), spec.apps)
-    if not spec.terminal_examples_per_task:
-        return settings
-    return settings.model_copy(update={"terminal_max_tokens_per_turn": spec.terminal_max_tokens_per_turn})
+    terminal_limit = spec.terminal_max_tokens_per_turn if spec.terminal_examples_per_task else None
+    return PolicyHarness.from_training(harness_config(spec), spec.apps, terminal_limit)
 
 
 def content_hash(spec: BootstrapSpec, data: Path) -> str:

@@ -52,10 +52,17 @@ class PolicyHarness(BaseModel):
         return self.model_copy(update={"harness": harness})
 
     @classmethod
-    def from_training(cls, harness: HarnessConfig, apps: Sequence[str] | None) -> PolicyHarness:
-        """What a training run's harness leaves its policy: the run-level knobs (nudge, seed) stored off."""
+    def from_training(
+        cls, harness: HarnessConfig, apps: Sequence[str] | None, terminal_max_tokens_per_turn: int | None = None
+    ) -> PolicyHarness:
+        """What a training run's harness leaves its policy: the run-level knobs (nudge, seed) stored off, and the
+        terminal turn limit it started from kept (RL on the app tools does not change what the terminal needs)."""
         stored = harness.model_copy(update={"context_nudge": False, "seed": None})
-        return cls(apps=None if apps is None else tuple(apps), harness=stored)
+        return cls(
+            apps=None if apps is None else tuple(apps),
+            harness=stored,
+            terminal_max_tokens_per_turn=terminal_max_tokens_per_turn,
+        )
 
 
 def read_policy_harness(policy_dir: Path) -> PolicyHarness | None:

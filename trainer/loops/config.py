@@ -44,6 +44,9 @@ class LoopConfig(BaseModel):
     trainer: TrainerConfig = TrainerConfig(lr=1e-4)
     apps: tuple[str, ...] | None = None
     """Apps the local tool session offers (None: all); the bootstrap's base is trained on filesystem + sheets."""
+    terminal_max_tokens_per_turn: int | None = Field(None, ge=1)
+    """The starting policy's terminal turn limit (``PolicyHarness``), passed on to every checkpoint's
+    ``harness.json`` so a checkpoint runs the terminal harness as its base did; training does not use it."""
     seed: int = 0
     infra_retries: int = Field(1, ge=0)
     """Re-runs of a rollout an infra fault ended (``retryable_infra``), so its group does not shrink (``Rollouts``)."""
@@ -90,7 +93,7 @@ class LoopConfig(BaseModel):
 
     def policy_harness(self) -> PolicyHarness:
         """The harness settings every checkpoint's policy folder carries (``harness.json``)."""
-        return PolicyHarness.from_training(self.harness, self.apps)
+        return PolicyHarness.from_training(self.harness, self.apps, self.terminal_max_tokens_per_turn)
 
     def checkpoints(self, out_dir: Path, kind: str) -> LoopCheckpoints:
         return LoopCheckpoints(out_dir, kind, self.policy_harness())

@@ -67,3 +67,8 @@ def test_the_terminal_harness_runs_with_the_turn_limit_the_policy_was_taught_scr
     assert read_policy_harness(tmp_path) == taught
     (tmp_path / HARNESS_FILE).write_text('{"harness": {}}')  # written before the field existed: still read
     assert read_policy_harness(tmp_path).terminal_max_tokens_per_turn is None
+
+
+def test_training_keeps_the_terminal_turn_limit_it_started_from():
+    assert PolicyHarness.from_training(TRAINED, None, 384).terminal_max_tokens_per_turn == 384
+    assert PolicyHarness.from_training(TRAINED, None).terminal_max_tokens_per_turn is None

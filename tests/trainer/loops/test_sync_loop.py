@@ -80,6 +80,7 @@ def config(cls, steps: int, **extra):
         harness=HARNESS,
         trainer=TrainerConfig(lr=1e-4, token_budget=8192),
         apps=("filesystem",),
+        terminal_max_tokens_per_turn=384,
         checkpoint_every=1,
         max_num_seqs=8,
         **extra,
@@ -102,9 +103,12 @@ def test_sync_loop_trains_pushes_and_checkpoints(env, policy_dir, tmp_path):
 
 
 def assert_carries_the_harness(out: Path) -> None:
-    """The newest checkpoint's policy folder holds the loop's harness and apps, nudge and seed stored off."""
+    """The newest checkpoint's policy folder holds the loop's harness, apps and terminal turn limit, nudge and seed
+    stored off."""
     stored = read_policy_harness(latest_checkpoint(out / "checkpoints") / "policy")
-    assert stored == PolicyHarness(apps=("filesystem",), harness=HARNESS.model_copy(update={"seed": None}))
+    assert stored == PolicyHarness(
+        apps=("filesystem",), harness=HARNESS.model_copy(update={"seed": None}), terminal_max_tokens_per_turn=384
+    )
 
 
 def test_a_loop_with_the_crash_defect_raises_at_its_step_before_training(env, policy_dir, tmp_path):
