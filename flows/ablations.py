@@ -3,7 +3,9 @@
 1. Every arm (default: the recipe's grid — baseline token_mean + GLM-5 loss, prompt_mean, context nudge, DPPO,
    DPPO + prompt_mean + nudge, + overlong filtering, + adaptive length penalty) trains from the same base with the
    same seed and task stream, for the same steps, with the tuned knobs: synchronously (on-policy), or with
-   ``loop: async`` as the hero trains (the run's workers and staleness bound: off-policy, so DPPO's mask can act).
+   ``loop: async`` as the hero trains (the run's workers and staleness bound: off-policy, so DPPO's mask can act),
+   with the stage's ``harness`` changes (e.g. a context budget some rollouts reach, so the nudge and the overlong
+   filter act on short tasks).
 2. Each arm's final checkpoint runs ``eval_passes`` passes of the held-out set (evals run without the nudge).
 3. Each arm's mechanism activity over its training steps (``trainer.algorithms.activity``, recorded per step in its
    history): nudges inserted, the share of tokens DPPO masked and mean |π/μ − 1|, the share of trajectories the
@@ -103,7 +105,7 @@ def _run_arm(
     loop = loop_config(
         section.loop,
         task_ids=[t.task_id for t in tasks],
-        settings=setup.nudged(arm.context_nudge),
+        settings=setup.training_settings(arm.context_nudge, section.harness),
         trainer=stage.tuned_trainer(arm.algorithm),
         prompts_per_step=section.prompts_per_step,
         samples_per_prompt=section.samples_per_prompt,

@@ -477,7 +477,20 @@ class AblationsStage(_Section):
     loop: LoopKind = LoopKind.SYNC
     """How each arm trains: sync (on-policy: DPPO's trust region and TIS never act), or async with the run's workers,
     staleness bound and runtime (off-policy, as the hero trains: the DPPO arms measure their mask)."""
+    harness: dict[str, Any] = Field(default_factory=dict)
+    """Changes to the run's harness (``HarnessConfig`` fields) for the arms' training rollouts only; their held-out
+    evals keep the run's. A context budget that some rollouts reach puts short tasks in the recipe's long-task regime,
+    where the nudge fires and rollouts are truncated (the overlong filter's case)."""
     thresholds: AblationsThresholds = AblationsThresholds()
+
+    @field_validator("harness")
+    @classmethod
+    def _harness_fields(cls, changes: dict[str, Any]) -> dict[str, Any]:
+        try:
+            HarnessConfig(**changes)
+        except ValidationError as error:
+            raise ValueError(_messages(error)) from None
+        return changes
 
     @model_validator(mode="after")
     def _named_arms_exist(self) -> AblationsStage:

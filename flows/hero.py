@@ -37,7 +37,7 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         loop = loop_config(
             LoopKind.ASYNC,
             task_ids=[t.task_id for t in setup.train],
-            settings=setup.nudged(landed["context_nudge"]),
+            settings=setup.training_settings(landed["context_nudge"]),
             trainer=stage.tuned_trainer(landed["algorithm"]),
             prompts_per_step=section.prompts_per_step or config.rollout.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt or config.rollout.samples_per_prompt,

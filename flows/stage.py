@@ -18,7 +18,7 @@ stages' fingerprints — so a resumed pipeline reuses a passed stage exactly whe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +29,7 @@ from prefect.states import Failed, State
 from envs.errors import RecipeError
 from envs.faults import FaultPlan
 from envs.files import atomic_write_text
+from envs.harness.config import HarnessConfig
 from envs.harness.policy import PolicyHarness
 from envs.types import TaskSpec
 from evals.records import EvalResult
@@ -95,9 +96,12 @@ class TrainingSetup:
         """An MCP-harness eval of ``policy`` on ``tasks`` with the run's harness and the tuned engine."""
         return EvalJob(suite, label, policy, tasks, HarnessKind.MCP, passes, self.settings, self.engine)
 
-    def nudged(self, context_nudge: bool) -> PolicyHarness:
-        """The run's harness with the context nudge on or off (an ablation arm, the landed config)."""
-        harness = self.settings.harness.model_copy(update={"context_nudge": context_nudge})
+    def training_settings(self, context_nudge: bool, changes: Mapping[str, Any] | None = None) -> PolicyHarness:
+        """The run's harness with the context nudge on or off (an ablation arm, the landed config) and ``changes``
+        to its other fields (an ablation stage's ``harness``)."""
+        harness = HarnessConfig(
+            **self.settings.harness.model_dump() | dict(changes or {}) | {"context_nudge": context_nudge}
+        )
         return self.settings.model_copy(update={"harness": harness})
 
 

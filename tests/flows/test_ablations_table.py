@@ -1,9 +1,16 @@
 """The ablation stage's table (ablations.json, the explorer's stage table): activity columns, the inert verdict."""
 
+from pathlib import Path
+
+import pytest
+
+from envs.harness.agent import HarnessConfig
+from envs.harness.policy import PolicyHarness
 from evals.types import Comparison, ComparisonMethod, Metric, Verdict
 from flows.ablations import _arm_setups, _same_as_baseline, _table
 from flows.config import AblationsStage
 from flows.mechanisms import Idle
+from flows.stage import TrainingSetup
 from flows.stage_gates import ArmResult
 from trainer.algorithms import AlgorithmConfig, MechanismActivity
 
@@ -44,3 +51,23 @@ def test_arms_whose_every_loss_equals_the_baselines_trained_as_the_baseline() ->
     losses = {"baseline": baseline, "same": (-0.05944519862532616, 0.25), "other": (-0.0596, 0.25), "crashed": ()}
     assert _same_as_baseline(losses, "baseline") == {"same"}
     assert _same_as_baseline({"same": (0.5,)}, "baseline") == set()  # no baseline to compare with: nothing claimed
+
+
+def test_arms_train_with_the_stages_harness_changes_and_their_own_nudge() -> None:
+    base = PolicyHarness(
+        apps=("sheets",), harness=HarnessConfig(context_budget_tokens=1024), terminal_max_tokens_per_turn=384
+    )
+    setup = TrainingSetup(Path("base"), base, [], [], engine=None)  # type: ignore[arg-type]  # not used here
+    tight = setup.training_settings(True, {"context_budget_tokens": 360, "context_nudge_threshold": 0.2})
+    assert (tight.harness.context_budget_tokens, tight.harness.context_nudge_threshold) == (360, 0.2)
+    assert tight.harness.context_nudge and tight.model_dump(exclude={"harness"}) == base.model_dump(exclude={"harness"})
+    assert setup.training_settings(False).harness == base.harness  # no changes: the run's harness
+    assert AblationsStage().harness == {}
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"), [({"context_budget": 360}, "context_budget"), ({"max_turns": 0}, "max_turns")]
+)
+def test_an_arm_harness_change_that_is_no_harness_field_is_refused_by_name(changes, named) -> None:
+    with pytest.raises(ValueError, match=named):
+        AblationsStage(harness=changes)
