@@ -486,11 +486,7 @@ class AblationsStage(_Section):
     @field_validator("harness")
     @classmethod
     def _harness_fields(cls, changes: dict[str, Any]) -> dict[str, Any]:
-        try:
-            HarnessConfig(**changes)
-        except ValidationError as error:
-            raise ValueError(_messages(error)) from None
-        return changes
+        return valid_harness_changes(changes)
 
     @model_validator(mode="after")
     def _named_arms_exist(self) -> AblationsStage:
@@ -642,10 +638,7 @@ class RecipeConfig(_Section):
             raise ValueError("backends.engine 'openai' needs engine.url (a vLLM-compatible base URL)")
         if self.backends.trainer.on_cluster and self.cluster is None:
             raise ValueError(f"backends.trainer {self.backends.trainer.value!r} needs a cluster section")
-        try:
-            HarnessConfig(**self.harness)
-        except ValidationError as error:
-            raise ValueError(f"harness: {_messages(error)}") from None
+        valid_harness_changes(self.harness, where="harness: ")
         return self
 
     def digest(self) -> str:
@@ -690,6 +683,15 @@ class RunChanges(BaseModel):
 
 def section_digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def valid_harness_changes(changes: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``changes`` when each is a ``HarnessConfig`` field with a valid value; else a ValueError naming each bad one."""
+    try:
+        HarnessConfig(**changes)
+    except ValidationError as error:
+        raise ValueError(f"{where}{_messages(error)}") from None
+    return changes
 
 
 def _messages(error: ValidationError) -> str:
