@@ -36,7 +36,7 @@ from trainer.algorithms.config import AlgorithmConfig
 from trainer.algorithms.defects import RewardDefect
 from trainer.local.config import Layout, TrainerConfig
 from trainer.loops.kinds import LoopKind, RuntimeKind
-from trainer.specs import BootstrapSpec
+from trainer.specs import RETENTION_DEFAULT_SOURCES, BootstrapSpec, RetentionSource
 from trainer.vllm.launch import Device
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "deployments" / "profiles"
@@ -506,6 +506,20 @@ class HeroThresholds(_Section):
     """The paired CI of held-out Pass@1 (trained − base) must lie above this: beats base beyond noise."""
 
 
+class HeroRetention(_Section):
+    """PPO-ptx during the hero's training (``trainer.local.retention``): γ × the next-token loss on the base's own
+    examples of the formats the transfer stage checks (``trainer.retention``). coef 0: RL alone, as the recipe."""
+
+    coef: float = Field(0.0, ge=0, le=100)
+    """γ, the weight of the examples' mean next-token loss next to the RL loss (0: off)."""
+    examples_per_step: int = Field(16, ge=1, le=MAX_STEPS)
+    """Retention examples drawn for each optimizer step."""
+    sources: tuple[RetentionSource, ...] = Field(RETENTION_DEFAULT_SOURCES, min_length=1)
+    """The base's formats replayed: code_only, terminal, mcq (the transfer suites), app_tools (RL's own)."""
+    per_source: int = Field(64, ge=1, le=MAX_STEPS)
+    """At most this many distinct examples of each source in the retention set (a seeded sample)."""
+
+
 class HeroStage(_Section):
     steps: int = Field(24, ge=1, le=MAX_STEPS)
     prompts_per_step: int | None = Field(None, ge=1, le=MAX_STEPS)
@@ -514,6 +528,7 @@ class HeroStage(_Section):
     eval_passes: int = Field(4, ge=1, le=MAX_STEPS)
     confidence: float = Field(0.95, gt=0, lt=1)
     thresholds: HeroThresholds = HeroThresholds()
+    retention: HeroRetention = HeroRetention()
 
 
 class TransferThresholds(_Section):
@@ -639,6 +654,13 @@ class RecipeConfig(_Section):
         if self.backends.trainer.on_cluster and self.cluster is None:
             raise ValueError(f"backends.trainer {self.backends.trainer.value!r} needs a cluster section")
         valid_harness_changes(self.harness, where="harness: ")
+        if self.trainer.retention is not None:
+            raise ValueError("trainer.retention is the hero's to set: use stages.hero.retention (coef, sources)")
+        if self.backends.trainer is TrainerBackend.SKYRL and self.stages.hero.retention.coef > 0:
+            raise ValueError(
+                "stages.hero.retention.coef > 0 needs our trainer (backends.trainer local or ray_job): "
+                "SkyRL's trainer has no PPO-ptx term"
+            )
         return self
 
     def digest(self) -> str:

@@ -3,6 +3,8 @@
 1. The landed arm of the ablations (algorithm changes and context nudge) on the tuned knobs, in the fully-async loop
    (K workers, staleness bound S, in-flight weight sync) over the train tasks, for ``steps`` optimizer steps, with a
    checkpoint every ``checkpoint_every`` steps: a killed run resumes from its newest checkpoint (same fingerprint).
+   With ``retention.coef`` > 0, every step also trains on the base's own examples of the transfer suites' formats
+   (PPO-ptx, ``trainer.retention``), so RL on the app tools does not wear them away.
 2. The base and the final checkpoint each run ``eval_passes`` passes of the held-out set, with the same seeds.
 3. Paired bootstrap CI over held-out tasks of the Pass@1 difference (trained − base).
 
@@ -38,7 +40,9 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             LoopKind.ASYNC,
             task_ids=[t.task_id for t in setup.train],
             settings=setup.training_settings(landed["context_nudge"]),
-            trainer=stage.tuned_trainer(landed["algorithm"]),
+            trainer=stage.tuned_trainer(landed["algorithm"]).model_copy(
+                update={"retention": stage.retention(section.retention)}
+            ),
             prompts_per_step=section.prompts_per_step or config.rollout.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt or config.rollout.samples_per_prompt,
             steps=section.steps,
@@ -95,5 +99,7 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             **summary_metrics("base", results["base"]),
             **summary_metrics("trained", results["trained"]),
         }
+        if retained := [r.retention_nll for r in steps if r.retention_nll is not None]:
+            metrics |= {"retention_nll_first": retained[0], "retention_nll_last": retained[-1]}
         trend = TrainTrend.of([r.reward_mean for r in steps])
         return stage.finish(hero_gate(comparison, len(steps), section.thresholds, metrics, trend))

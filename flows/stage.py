@@ -38,13 +38,14 @@ from flows.config import (
     REWARD_DEFECTS,
     Defect,
     EngineBackend,
+    HeroRetention,
     RecipeConfig,
     StageName,
     section_digest,
     validate_config,
 )
 from flows.gates import GateFailed, GateReport
-from flows.placement import TRAINER_RUNNERS, cluster_target, engine_fleet
+from flows.placement import TRAINER_RUNNERS, cluster_target, engine_fleet, shared_root
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
 from tasks.catalog import Catalog
 from tasks.cluster import JobRecord
@@ -55,10 +56,10 @@ from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.prune import pruned_work_folders
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
-from tasks.training import TrainerRunner, TrainJob, TrainResult, train
+from tasks.training import TrainerRunner, TrainJob, TrainResult, retention_set, train
 from tasks.validation import Suite, validate_stage
 from trainer.algorithms.config import AlgorithmConfig
-from trainer.local import Layout, TrainerConfig
+from trainer.local import Layout, RetentionConfig, TrainerConfig
 from trainer.loops.config import LoopConfig
 
 SHARED_SECTIONS = (
@@ -103,6 +104,9 @@ class TrainingSetup:
             **self.settings.harness.model_dump() | dict(changes or {}) | {"context_nudge": context_nudge}
         )
         return self.settings.model_copy(update={"harness": harness})
+
+
+RETENTION_FILE = "retention.jsonl"
 
 
 class StageOrderError(RecipeError, RuntimeError):
@@ -262,6 +266,15 @@ class StageRun:
         if changes:
             update["algorithm"] = AlgorithmConfig(**self.config.trainer.algorithm.model_dump() | changes)
         return self.config.trainer.model_copy(update=update)
+
+    def retention(self, section: HeroRetention) -> RetentionConfig | None:
+        """The PPO-ptx term of this stage's training (None at coef 0): the base's retention set, written where the
+        trainer reads it — under the run's shared root, which a cluster's nodes reach too."""
+        if section.coef == 0:
+            return None
+        out = shared_root(self.config, self.store) / self.stage.folder / RETENTION_FILE
+        with self.timed("retention_set"):
+            return retention_set(Path(self.policy()), self.data, out, section, self.config.seed)
 
     def tuned_engine(self, max_model_len: int) -> EngineSettings:
         """``engine_settings`` with the systems stage's concurrent sequences."""

@@ -29,12 +29,22 @@ from envs.types import TaskSpec, Trajectory
 from tasks.artifacts import ProgressArtifact
 from tasks.concurrency import gpu_slot
 from tasks.context import StageScope
-from trainer.local import TrainerConfig, latest_checkpoint
+from trainer.local import RetentionConfig, TrainerConfig, latest_checkpoint
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import AsyncLoopConfig, LoopHistory, RuntimeKind, StepRecord, SyncLoopConfig, TaskFilter
 from trainer.loops.config import LoopConfig
 from trainer.loops.kinds import LoopKind
 from trainer.loops.policy import CHECKPOINTS
+from trainer.specs import RetentionSource
+
+
+class RetentionSettings(Protocol):
+    """What ``retention_set`` reads of a stage's retention section (``flows.config.HeroRetention``)."""
+
+    coef: float
+    examples_per_step: int
+    sources: tuple[RetentionSource, ...]
+    per_source: int
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,8 @@ def loop_config(
 
 
 def step_row(stage: str, label: str, record: StepRecord) -> dict:
-    fields = record.model_dump(exclude={"positions", "activity"})  # activity stays in history.json: no catalog column
+    # activity and the retention loss stay in history.json: no catalog column
+    fields = record.model_dump(exclude={"positions", "activity", "retention_nll"})
     return {"stage": stage, "run": label} | fields
 
 
@@ -151,3 +162,13 @@ def train(scope: StageScope, job: TrainJob, runner: TrainerRunner = run_locally)
     holding a ``gpu`` slot; every step and every rollout goes to the catalog."""
     with gpu_slot(f"train-{job.label}"):
         return runner(scope, job)
+
+
+@task(name="retention-set", cache_policy=NO_CACHE)
+def retention_set(policy: Path, data: Path, out: Path, settings: RetentionSettings, seed: int) -> RetentionConfig:
+    """The base's retention set (``trainer.retention``) written to ``out``, as the trainer's PPO-ptx config."""
+    from trainer.retention import write_retention_file  # the bootstrap's modules: only a stage that replays needs them
+
+    counts = write_retention_file(policy, data, out, settings.sources, settings.per_source, seed)
+    print(f"retention set: {sum(counts.values())} examples of the base ({counts}) in {out}; coef {settings.coef:g}")
+    return RetentionConfig(path=str(out), coef=settings.coef, examples_per_step=settings.examples_per_step)

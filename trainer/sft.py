@@ -88,6 +88,10 @@ class PackedBatch:
     targets_N: Tensor
     mask_N: Tensor
 
+    def to(self, device: torch.device) -> PackedBatch:
+        """The same batch with every tensor on ``device``."""
+        return PackedBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+
 
 def pack(examples: Sequence[TokenizedTrace]) -> PackedBatch:
     """The examples (each ≥ 2 tokens) as one ``PackedBatch``."""

@@ -145,3 +145,16 @@ class BootstrapSpec(BaseModel):
         if unknown:
             raise ValueError(f"unknown apps {unknown}; apps are: {', '.join(APP_NAMES)}")
         return self
+
+
+class RetentionSource(StrEnum):
+    """A format of a bootstrapped base's imitation examples (``trainer.retention``)."""
+
+    APP_TOOLS = "app_tools"  # the MCP-harness traces: what RL itself trains on
+    CODE_ONLY = "code_only"  # the same tasks through bash over the app CLI
+    TERMINAL = "terminal"  # the bundled terminal tasks, each by its reference script
+    MCQ = "mcq"  # the bundled multiple-choice questions
+
+
+RETENTION_DEFAULT_SOURCES = (RetentionSource.CODE_ONLY, RetentionSource.TERMINAL, RetentionSource.MCQ)
+"""The taught formats the transfer stage checks and RL on the app tools does not practise."""

@@ -69,6 +69,17 @@ def test_cross_field_rules() -> None:
         load_profile("local", ["stages.ablations.arms.x.algorithm.policy_loss=glm5"])
 
 
+def test_retention_is_the_heros_and_needs_our_trainer() -> None:
+    config = load_profile("local", ["stages.hero.retention.coef=0.5", "stages.hero.retention.sources=[mcq]"])
+    assert config.stages.hero.retention.coef == 0.5 and config.stages.hero.retention.sources == ("mcq",)
+    with pytest.raises(ProfileError, match=r"stages\.hero\.retention\.sources\.0: Input should be"):
+        load_profile("local", ["stages.hero.retention.sources=[bash]"])
+    with pytest.raises(ProfileError, match=r"use stages\.hero\.retention"):
+        load_profile("local", ["trainer.retention={path: r.jsonl, coef: 1}"])
+    with pytest.raises(ProfileError, match="SkyRL's trainer has no PPO-ptx term"):
+        load_profile("qwen36-35b", ["stages.hero.retention.coef=0.1"])
+
+
 def test_stage_order_and_folders() -> None:
     assert [s.folder for s in StageName] == [
         "1-derisk", "2-tito", "3-systems", "4-overfit", "5-ablations", "6-hero", "7-transfer"

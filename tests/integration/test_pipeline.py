@@ -75,6 +75,8 @@ def test_resume_after_fixing_the_bar_reruns_only_what_did_not_pass(failed_at_ove
     for folder in ("1-derisk", "2-tito", "3-systems"):  # not run again: the manifests are the first run's
         assert after[folder] == before[folder]
     assert after["4-overfit"].attempt == 2 and after["4-overfit"].fingerprint != before["4-overfit"].fingerprint
+    # the hero trained with the base's examples beside RL (smoke's retention.coef > 0): the set and each step's loss
+    assert (store.root / "6-hero" / "retention.jsonl").is_file() and after["6-hero"].metrics["retention_nll_last"] > 0
     [change] = store.info().history
     assert "stages.overfit.thresholds.min_reward_gain=-1.0" in change.reason
     trail = "\n".join(audit_lines(store))

@@ -22,16 +22,20 @@ from evals.spec import HarnessKind
 from trainer.bootstrap import (
     bootstrap,
     content_hash,
+    draw_imitation_set,
     draw_traces,
     harness_config,
     offered_tools,
     policy_harness,
     select_tasks,
+    tokenize_imitation_set,
 )
 from trainer.engine import Engine, EngineConfig
 from trainer.engine.completions import EngineCompletions
+from trainer.local.retention import read_retention_file
 from trainer.model import load_policy
-from trainer.specs import BootstrapSpec, NoiseKind, NoiseRates, TinyModelSpec
+from trainer.retention import NoRetentionSet, retention_examples, write_retention_file
+from trainer.specs import BootstrapSpec, NoiseKind, NoiseRates, RetentionSource, TinyModelSpec
 from trainer.tokenizer import train_tokenizer
 from trainer.traces import (
     ParityError,
@@ -332,3 +336,41 @@ def test_default_bootstrap_leaves_room_for_rl(tmp_path):
     toy = {row.split: row for row in report.eval or [] if row.tier == "toy"}
     assert 0.2 < toy["train"].pass_at_1 < 0.95
     assert toy["train"].copy_accuracy is not None and toy["train"].copy_accuracy > 0.8
+
+
+def test_the_retention_set_is_the_bases_own_examples(small_data, tmp_path):
+    """Drawn again from bootstrap.json and rendered with the saved tokenizer, every retention example is one the base
+    trained on, each source holds its distinct examples, and the written file reads back."""
+    spec = TINY.model_copy(
+        update={
+            "vocab_size": 600,
+            "code_only_share": 0.5,
+            "mcq_examples_per_question": 2,
+            "terminal_examples_per_task": 2,
+            "terminal_max_tokens_per_turn": 512,
+        }
+    )
+    base = bootstrap(spec, small_data, tmp_path / "models").path
+    imitation = draw_imitation_set(select_tasks(load_tasks(small_data), spec), small_data / "worlds", spec)
+    taught = tokenize_imitation_set(imitation, spec)
+    assert taught.tokenizer.get_vocab() == load_policy(base)[1].get_vocab()  # the tokenizer is rebuilt exactly
+    trained_on = {tuple(example.tokens) for example in taught.examples}
+
+    found = retention_examples(base, small_data, list(RetentionSource), per_source=1000)
+    code_only = {id(t) for t in imitation.traces if t.harness is HarnessKind.CODE_ONLY}
+    assert {source: len(examples) for source, examples in found.items()} == {
+        RetentionSource.APP_TOOLS: len({id(t) for t in imitation.traces}) - len(code_only),
+        RetentionSource.CODE_ONLY: len(code_only),
+        RetentionSource.TERMINAL: len(imitation.terminal_tasks),
+        RetentionSource.MCQ: len(imitation.mcq_rows),
+    }
+    assert all(tuple(e.tokens) in trained_on for examples in found.values() for e in examples)
+
+    counts = write_retention_file(base, small_data, tmp_path / "r.jsonl", [RetentionSource.MCQ], per_source=3)
+    assert counts == {"mcq": 3} and len(read_retention_file(tmp_path / "r.jsonl")) == 3
+    with pytest.raises(NoRetentionSet, match="was taught no terminal examples"):
+        retention_examples(
+            bootstrap(TINY, small_data, tmp_path / "models").path, small_data, [RetentionSource.TERMINAL], 8
+        )
+    with pytest.raises(NoRetentionSet, match=r"has no bootstrap\.json"):
+        retention_examples(tmp_path, small_data, [RetentionSource.MCQ], 8)

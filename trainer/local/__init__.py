@@ -21,7 +21,7 @@ __getattr__, __all__ = lazy_exports(
             "load_latest_checkpoint",
             "save_checkpoint",
         ],
-        "trainer.local.config": ["Layout", "LRSchedule", "TrainerConfig"],
+        "trainer.local.config": ["Layout", "LRSchedule", "RetentionConfig", "TrainerConfig"],
         "trainer.local.logprobs": ["TokenStats", "token_stats"],
         "trainer.local.trainer": ["LocalTrainer", "StepMetrics", "lr_multiplier"],
     },

@@ -21,6 +21,20 @@ class LRSchedule(StrEnum):
     COSINE = "cosine"
 
 
+class RetentionConfig(BaseModel):
+    """PPO-ptx retention (``trainer.local.retention``): γ times the next-token loss on a few of the base's own
+    imitation examples, added to every optimizer step's loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
+
+    path: str = Field(min_length=1)
+    """The retention file (JSON lines of tokenized examples, ``trainer.retention``)."""
+    coef: float = Field(gt=0)
+    """γ, the weight of the examples' mean next-token loss next to the RL loss."""
+    examples_per_step: int = Field(16, ge=1)
+    """Examples drawn for each optimizer step."""
+
+
 class TrainerConfig(BaseModel):
     """Optimizer, schedule and micro-batching of the local trainer; defaults follow the recipe's hero run."""
 
@@ -41,6 +55,8 @@ class TrainerConfig(BaseModel):
     """Most tokens one forward computes (packed: Σ len; padded: rows × longest)."""
     seed: int = Field(default=0, ge=0, lt=2**63)
     """Seeds python, numpy and torch RNGs when the trainer is built."""
+    retention: RetentionConfig | None = None
+    """PPO-ptx: keep what the base could do by also training on its own examples (None: RL alone, the recipe's)."""
 
     # --- advanced -----------------------------------------------------------------------------------------------
     betas: tuple[float, float] = (0.9, 0.98)

@@ -10,7 +10,8 @@ each one is forwarded (``token_stats``, packed by default), scored with ``policy
 precomputed token weights (a masked SUM Σ w·ℓ, so accumulating gradients over any split equals one pass over the
 whole mini-batch) and back-propagated. Then the gradient is clipped to ``grad_clip`` (global L2 norm), AdamW steps,
 and the learning-rate schedule advances. One optimizer step per batch makes π_old = π, so the loss is given
-π_old = sg(π) (what PPO clip needs; the rollout-ratio losses use μ and ignore it).
+π_old = sg(π) (what PPO clip needs; the rollout-ratio losses use μ and ignore it). With ``config.retention`` set, the
+step's retention examples add γ · their next-token loss before the clip (PPO-ptx, ``trainer.local.retention``).
 
 Schedules (multiplier of ``lr`` at optimizer step k = 0, 1, …): a linear warm-up (k + 1)/W for k < W, then
 constant 1, or cosine m + (1 − m)·(1 + cos(π·p))/2 with p = (k − W)/(total − W) clipped to [0, 1] and m the floor
@@ -38,6 +39,7 @@ from trainer.algorithms.registry import Registry
 from trainer.local.batch import BatchStats, TrainBatch
 from trainer.local.config import LRSchedule, TrainerConfig
 from trainer.local.logprobs import token_stats
+from trainer.local.retention import RetentionLoss
 
 ScheduleFn = Callable[[int, TrainerConfig], float]
 LR_SCHEDULES: Registry[ScheduleFn] = Registry("learning-rate schedule")
@@ -83,6 +85,8 @@ class StepMetrics(BaseModel):
     logprob_abs_diff_mean: float
     """Mean |log π − log μ| (train vs rollout); the recipe's health check wants < 0.03."""
     logprob_abs_diff_max: float
+    retention_nll: float | None = None
+    """Mean next-token loss (nats) on the step's retention examples; None without retention."""
     activity: MechanismActivity = MechanismActivity()
     """The switchable mechanisms' activity this step (nudges, DPPO mask and |π/μ − 1|, overlong filter, length
     penalty, aggregation vs token_mean); see ``trainer.algorithms.activity``."""
@@ -99,11 +103,13 @@ class StepMetrics(BaseModel):
     forward_s: float
     backward_s: float
     optimizer_s: float
+    retention_s: float = 0.0
+    """Forward and backward of the retention examples."""
     step_s: float
 
     def flat(self) -> dict[str, float]:
         """One level of ``name -> number`` for logging; token shares become ``share/<flag>``."""
-        values = self.model_dump(exclude={"token_shares", "activity"})
+        values = self.model_dump(exclude={"token_shares", "activity"}, exclude_none=True)
         return (
             {name: float(value) for name, value in values.items()}
             | {f"share/{flag}": share for flag, share in self.token_shares.items()}
@@ -152,6 +158,7 @@ class LocalTrainer:
             self.parameters, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
         )
         self.scheduler = LambdaLR(self.optimizer, partial(lr_multiplier, config=config))
+        self.retention = RetentionLoss(config.retention, config.seed) if config.retention else None
 
     def train_step(self, batch: TrainBatch) -> StepMetrics:
         """Forward/backward every micro-batch, clip, AdamW step, advance the schedule; gradients stay in ``.grad``."""
@@ -196,6 +203,7 @@ class LocalTrainer:
                 abs_diff_SL = (stats.logprobs_SL.detach() - rollout_SL).abs()
                 max_abs_diff = max(max_abs_diff, float(abs_diff_SL[mask_SL.bool()].max()))
 
+        retention_nll = self._retention_backward(timings, device)
         tick = time.perf_counter()
         lr = self.scheduler.get_last_lr()[0]
         grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.config.grad_clip)
@@ -218,6 +226,7 @@ class LocalTrainer:
             logprob_abs_diff_max=max_abs_diff,
             token_shares=per_token,
             activity=activity,
+            retention_nll=retention_nll,
             reward_mean=batch.stats.reward_mean,
             trajectories=batch.tokens_BT.shape[0],
             groups_dropped=batch.stats.groups_dropped,
@@ -228,6 +237,15 @@ class LocalTrainer:
             step_s=step_s,
             **timings,
         )
+
+    def _retention_backward(self, timings: dict[str, float], device: torch.device) -> float | None:
+        """Add the retention term's gradient (PPO-ptx) when configured; its loss, or None."""
+        if self.retention is None:
+            return None
+        tick = time.perf_counter()
+        nll = self.retention.backward(self.model, self.step, self.config.token_budget)
+        timings["retention_s"] += _elapsed(tick, device)
+        return nll
 
     def state_dict_for_engine(self) -> dict[str, Tensor]:
         """A detached copy of the weights for ``Engine.update_weights`` (tied lm_head left out, as on disk).

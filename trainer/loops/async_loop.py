@@ -292,6 +292,7 @@ class _Choreography:
             loss=metrics.loss,
             logprob_abs_diff_mean=metrics.logprob_abs_diff_mean,
             activity=metrics.activity,
+            retention_nll=metrics.retention_nll,
             positions=batch.positions,
         )
         return record, finished

@@ -48,6 +48,8 @@ class StepRecord(BaseModel):
     logprob_abs_diff_mean: float | None = None
     positions: list[int] = Field(default_factory=list)
     """Stream positions of the groups this step used (the cursor trail)."""
+    retention_nll: float | None = None
+    """Mean next-token loss on the step's retention examples (PPO-ptx, ``trainer.local.retention``); None without."""
     eval_reward: float | None = None
     eval_pass_rate: float | None = None
     activity: MechanismActivity | None = None

@@ -173,3 +173,4 @@ async def _train(
     record.loss = metrics.loss
     record.logprob_abs_diff_mean = metrics.logprob_abs_diff_mean
     record.activity = metrics.activity
+    record.retention_nll = metrics.retention_nll

@@ -1,0 +1,130 @@
+"""PPO-ptx retention in the local trainer: the file, the per-step sample, and the gradient it adds to a step."""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from trainer.algorithms import AlgorithmConfig
+from trainer.local.batch import TrainBatch
+from trainer.local.config import RetentionConfig
+from trainer.local.retention import RetentionFileError, chunks, read_retention_file, step_sample
+from trainer.local.trainer import LocalTrainer, TrainerConfig
+from trainer.sft import masked_nll, pack
+from trainer.traces import TokenizedTrace
+
+LENGTHS = [30, 12, 21, 9]
+GROUPS = ["a", "a", "b", "b"]
+REWARDS = [1.0, 0.0, 0.0, 1.0]
+
+
+def write_examples(path, examples):
+    lines = [json.dumps({"source": "mcq", "tokens": e.tokens, "loss_mask": e.loss_mask}) for e in examples]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def retention_examples(vocab: int, count: int = 6) -> list[TokenizedTrace]:
+    """``count`` examples of 10-25 tokens: a prompt (no loss), then trained tokens."""
+    generator = torch.Generator().manual_seed(7)
+    examples = []
+    for i in range(count):
+        length, prompt = 10 + 3 * i, 4 + i % 3
+        tokens = torch.randint(2, vocab, (length,), generator=generator).tolist()
+        examples.append(TokenizedTrace(tokens, [0] * prompt + [1] * (length - prompt)))
+    return examples
+
+
+def test_the_file_is_read_in_order_and_a_bad_line_is_named(tmp_path):
+    examples = [TokenizedTrace([5, 6, 7], [0, 1, 1]), TokenizedTrace([8, 9], [0, 1])]
+    assert read_retention_file(write_examples(tmp_path / "r.jsonl", examples)) == examples
+    (tmp_path / "bad.jsonl").write_text('{"tokens": [1, 2], "loss_mask": [0, 1]}\n{"tokens": "x"}\n')
+    with pytest.raises(RetentionFileError, match=r"bad.jsonl:2: not a retention example"):
+        read_retention_file(tmp_path / "bad.jsonl")
+    for text, why in (
+        ('{"tokens": [1, 2], "loss_mask": [0]}', "one mask entry per token"),
+        ('{"tokens": [1, 2], "loss_mask": [0, 0]}', "a trained token"),
+        ("", "holds no example"),
+    ):
+        (tmp_path / "odd.jsonl").write_text(text)
+        with pytest.raises(RetentionFileError, match=why):
+            read_retention_file(tmp_path / "odd.jsonl")
+    with pytest.raises(RetentionFileError, match="cannot be read"):
+        read_retention_file(tmp_path / "missing.jsonl")
+
+
+def test_each_step_draws_its_own_seeded_sample():
+    first = step_sample(50, 16, seed=0, step=3)
+    assert len(set(first)) == 16 and all(0 <= i < 50 for i in first)
+    assert step_sample(50, 16, seed=0, step=3) == first  # a resumed run draws step 3's examples again
+    assert step_sample(50, 16, seed=0, step=4) != first and step_sample(50, 16, seed=1, step=3) != first
+    assert step_sample(5, 16, seed=0, step=0) == [0, 1, 2, 3, 4]  # fewer examples than asked: all of them
+
+
+def test_chunks_keep_within_the_token_budget():
+    examples = [TokenizedTrace([1] * n, [1] * n) for n in (5, 4, 3, 9, 2)]
+    sizes = [[len(e.tokens) for e in chunk] for chunk in chunks(examples, 9)]
+    assert sizes == [[5, 4], [3], [9], [2]]  # 5+4 = 9 fits; 3+9 does not; a 9 alone; the rest
+    assert [len(c) for c in chunks(examples, 100)] == [5]
+
+
+def step_grads(model, batch, **config):
+    trainer = LocalTrainer(copy.deepcopy(model), TrainerConfig(lr=1e-3, grad_clip=1e9, **config))
+    metrics = trainer.train_step(batch)
+    return metrics, {name: p.grad.clone() for name, p in trainer.model.named_parameters()}
+
+
+def test_a_step_adds_gamma_times_the_examples_next_token_loss(model, make_trajectories, tmp_path):
+    """grad(L_RL + γ·NLL) = grad(L_RL) + γ·grad(NLL), NLL the mean next-token loss of the step's sampled examples;
+    cutting the examples into chunks (a small token budget) changes neither."""
+    examples = retention_examples(model.config.vocab_size)
+    path = write_examples(tmp_path / "retention.jsonl", examples)
+    batch = TrainBatch.from_trajectories(make_trajectories(LENGTHS, GROUPS, REWARDS), AlgorithmConfig())
+    plain, plain_grads = step_grads(model, batch)
+    assert plain.retention_nll is None and "retention_nll" not in plain.flat()
+
+    gamma, per_step = 0.5, 4
+    chosen = [examples[i] for i in step_sample(len(examples), per_step, seed=0, step=0)]
+    reference = copy.deepcopy(model)
+    reference.train()
+    nll = masked_nll(reference, pack(chosen))
+    nll.backward()
+    nll = float(nll.detach())
+    for budget in (10**6, 40):
+        retention = RetentionConfig(path=str(path), coef=gamma, examples_per_step=per_step)
+        mixed, grads = step_grads(model, batch, retention=retention, token_budget=budget)
+        assert mixed.retention_nll == pytest.approx(nll, rel=1e-5)
+        assert mixed.flat()["retention_nll"] == pytest.approx(nll, rel=1e-5) and mixed.retention_s > 0
+        assert mixed.loss == pytest.approx(plain.loss, rel=1e-5, abs=1e-7)  # the RL loss is reported alone
+        for name, param in reference.named_parameters():
+            expected = plain_grads[name] + gamma * param.grad
+            assert torch.allclose(grads[name], expected, rtol=1e-4, atol=1e-7), (budget, name)
+
+
+def test_retention_keeps_the_examples_likely_while_rl_pulls_away(model, make_trajectories, tmp_path):
+    """Twelve RL steps at a high learning rate raise the examples' loss; with γ = 1 it stays below where it started."""
+    examples = retention_examples(model.config.vocab_size, count=4)
+    path = write_examples(tmp_path / "retention.jsonl", examples)
+
+    def examples_nll(trained) -> float:
+        with torch.no_grad():
+            return float(masked_nll(trained, pack(examples)))
+
+    start = examples_nll(model)
+    after = {}
+    for gamma in (0.0, 1.0):
+        retention = RetentionConfig(path=str(path), coef=gamma, examples_per_step=4) if gamma else None
+        trainer = LocalTrainer(copy.deepcopy(model), TrainerConfig(lr=3e-3, retention=retention))
+        for step in range(12):
+            trajectories = make_trajectories(LENGTHS, GROUPS, REWARDS, seed=step, model=trainer.model)
+            trainer.train_step(TrainBatch.from_trajectories(trajectories, AlgorithmConfig()))
+        after[gamma] = examples_nll(trainer.model)
+    assert after[1.0] < start < after[0.0], (start, after)
+
+
+def test_the_config_refuses_what_cannot_work():
+    with pytest.raises(ValueError, match="greater than 0"):
+        RetentionConfig(path="r.jsonl", coef=0)
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        RetentionConfig(path="r.jsonl", coef=1, examples_per_step=0)
