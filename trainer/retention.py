@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
@@ -44,8 +45,6 @@ from trainer.bootstrap import (
 from trainer.mcq_examples import mcq_examples
 from trainer.specs import BootstrapSpec, RetentionSource
 from trainer.traces import TokenizedTrace, render_trace
-
-TRACE_HARNESS = {RetentionSource.APP_TOOLS: HarnessKind.MCP, RetentionSource.CODE_ONLY: HarnessKind.CODE_ONLY}
 
 
 class NoRetentionSet(RecipeError, ValueError):
@@ -73,7 +72,7 @@ def retention_examples(
     imitation = draw_imitation_set(select_tasks(load_tasks(data), spec), data / "worlds", spec)
     found: dict[RetentionSource, list[TokenizedTrace]] = {}
     for source in sources:
-        examples = _distinct(_examples(source, imitation, tokenizer, spec))
+        examples = _distinct(EXAMPLE_SOURCES[source](imitation, tokenizer, spec))
         if not examples:
             raise NoRetentionSet(f"the base at {policy} was taught no {source.value} examples (its bootstrap spec)")
         if len(examples) > per_source:
@@ -82,22 +81,34 @@ def retention_examples(
     return found
 
 
-def _examples(
-    source: RetentionSource, imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec: BootstrapSpec
+def _rendered_traces(
+    harness: HarnessKind, imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec: BootstrapSpec
 ) -> list[TokenizedTrace]:
-    """Every example of ``source`` the bootstrap drew (a repeated trace once)."""
-    if source is RetentionSource.MCQ:
-        return mcq_examples(tokenizer, imitation.mcq_rows, per_question=1)
-    if source is RetentionSource.TERMINAL:
-        config = policy_harness(spec).for_terminal().harness
-        return terminal_examples.terminal_examples(tokenizer, imitation.terminal_tasks, config, per_task=1)
-    harness = TRACE_HARNESS[source]
+    """The drawn traces of ``harness`` (a repeated trace once), rendered as the bootstrap rendered them."""
     traces = {id(trace): trace for trace in imitation.traces if trace.harness is harness}.values()
-    specs = imitation.tool_specs[harness]
-    return [
-        render_trace(tokenizer, imitation.tasks_by_id[trace.task_id], trace, specs, imitation.config)
-        for trace in traces
-    ]
+    tools = imitation.tool_specs[harness]
+    return [render_trace(tokenizer, imitation.tasks_by_id[t.task_id], t, tools, imitation.config) for t in traces]
+
+
+def _terminal(imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec: BootstrapSpec) -> list[TokenizedTrace]:
+    """Each taught terminal task once, recorded in its sandbox with the base's terminal turn limit."""
+    config = policy_harness(spec).for_terminal().harness
+    return terminal_examples.terminal_examples(tokenizer, imitation.terminal_tasks, config, per_task=1)
+
+
+def _mcq(imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec: BootstrapSpec) -> list[TokenizedTrace]:
+    """Each taught multiple-choice question once."""
+    return mcq_examples(tokenizer, imitation.mcq_rows, per_question=1)
+
+
+ExampleSource = Callable[[ImitationSet, PreTrainedTokenizerBase, BootstrapSpec], list[TokenizedTrace]]
+EXAMPLE_SOURCES: dict[RetentionSource, ExampleSource] = {
+    RetentionSource.APP_TOOLS: partial(_rendered_traces, HarnessKind.MCP),
+    RetentionSource.CODE_ONLY: partial(_rendered_traces, HarnessKind.CODE_ONLY),
+    RetentionSource.TERMINAL: _terminal,
+    RetentionSource.MCQ: _mcq,
+}
+"""How each source's examples are made again from the base's imitation set."""
 
 
 def _distinct(examples: Sequence[TokenizedTrace]) -> list[TokenizedTrace]:
