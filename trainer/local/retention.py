@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from trainer.local.batch import first_fit_decreasing
 from trainer.local.config import RetentionConfig
 from trainer.sft import masked_nll, pack
 from trainer.traces import TokenizedTrace
@@ -62,22 +62,9 @@ def step_sample(examples: int, per_step: int, seed: int, step: int) -> list[int]
     return sorted(random.Random(f"retention:{seed}:{step}").sample(range(examples), min(per_step, examples)))
 
 
-def chunks(examples: Sequence[TokenizedTrace], token_budget: int) -> Iterator[list[TokenizedTrace]]:
-    """``examples`` in order, cut into runs of at most ``token_budget`` tokens (an example longer than that alone)."""
-    chunk: list[TokenizedTrace] = []
-    size = 0
-    for example in examples:
-        if chunk and size + len(example.tokens) > token_budget:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(example)
-        size += len(example.tokens)
-    if chunk:
-        yield chunk
-
-
 class RetentionLoss:
-    """γ · NLL_k of the module docstring, back-propagated chunk by chunk within the trainer's token budget."""
+    """γ · NLL_k of the module docstring, back-propagated in bins within the trainer's token budget (packed by
+    ``first_fit_decreasing``, as the RL micro-batches are)."""
 
     def __init__(self, config: RetentionConfig, seed: int) -> None:
         self.config, self.seed = config, seed
@@ -92,8 +79,8 @@ class RetentionLoss:
             return 0.0
         device = next(model.parameters()).device
         total = 0.0
-        for chunk in chunks(chosen, token_budget):
-            batch = pack(chunk).to(device)
+        for bin_ in first_fit_decreasing([len(example.tokens) for example in chosen], token_budget):
+            batch = pack([chosen[i] for i in bin_]).to(device)
             chunk_tokens = int(batch.mask_N.sum())
             if chunk_tokens == 0:
                 continue

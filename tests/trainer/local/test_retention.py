@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from trainer.algorithms import AlgorithmConfig
-from trainer.local.batch import TrainBatch
+from trainer.local.batch import TrainBatch, first_fit_decreasing
 from trainer.local.config import RetentionConfig
-from trainer.local.retention import RetentionFileError, chunks, read_retention_file, step_sample
+from trainer.local.retention import RetentionFileError, read_retention_file, step_sample
 from trainer.local.trainer import LocalTrainer, TrainerConfig
 from trainer.sft import masked_nll, pack
 from trainer.traces import TokenizedTrace
@@ -62,11 +62,13 @@ def test_each_step_draws_its_own_seeded_sample():
     assert step_sample(5, 16, seed=0, step=0) == [0, 1, 2, 3, 4]  # fewer examples than asked: all of them
 
 
-def test_chunks_keep_within_the_token_budget():
-    examples = [TokenizedTrace([1] * n, [1] * n) for n in (5, 4, 3, 9, 2)]
-    sizes = [[len(e.tokens) for e in chunk] for chunk in chunks(examples, 9)]
-    assert sizes == [[5, 4], [3], [9], [2]]  # 5+4 = 9 fits; 3+9 does not; a 9 alone; the rest
-    assert [len(c) for c in chunks(examples, 100)] == [5]
+def test_the_steps_examples_are_packed_within_the_token_budget():
+    lengths = [5, 4, 3, 9, 2]
+    bins = first_fit_decreasing(lengths, 9)  # what RetentionLoss packs its examples with
+    assert bins == [[3], [0, 1], [2, 4]]  # a 9 alone; 5+4 = 9 fits; 3+2
+    assert all(sum(lengths[i] for i in b) <= 9 for b in bins) and first_fit_decreasing(lengths, 100) == [
+        [3, 0, 1, 2, 4]
+    ]
 
 
 def step_grads(model, batch, **config):
