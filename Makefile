@@ -51,7 +51,8 @@ ablations: install
 	$(VENV)/bin/recipe run --profile ablations --stop-after ablations
 
 # The gate matrix: each deliberate defect (profile `defects:`) fails its own stage's gate — the plumbing defects on the
-# smoke profile, the learning ones on copies of one healthy local run (which bootstraps the local base if not cached).
+# smoke profile, the learning ones on copies of one healthy local run (which bootstraps the local base if not cached;
+# RL_RECIPE_HEALTHY_RUN=runs/<local run> reuses one that passed all seven, e.g. `make demo`'s, and saves ~40 min).
 gate-matrix: install
 	$(PY) -m pytest -m gate_matrix
 

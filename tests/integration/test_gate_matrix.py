@@ -12,6 +12,8 @@ The healthy smoke run passing all seven gates is ``test_pipeline``'s resume test
 de-risk are ``test_pipeline`` and ``test_derisk``'s.
 """
 
+import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,12 +121,22 @@ def test_a_defect_fails_its_own_stage_and_only_it(prefect_harness, environment_d
 
 @pytest.fixture(scope="module")
 def healthy_local_run(prefect_harness, tmp_path_factory) -> Path:
-    """The local profile end to end, every gate passing: the learning defects' healthy twin (~40 min on 2 cores)."""
-    runs_root = tmp_path_factory.mktemp("healthy")
-    state = pipeline(profile="local", runs_root=str(runs_root), return_state=True)
-    [folder] = [p for p in runs_root.iterdir() if (p / "run.json").exists()]
+    """The local profile end to end, every gate passing: the learning defects' healthy twin (~40 min on 2 cores).
+
+    ``RL_RECIPE_HEALTHY_RUN`` names one already made (``make demo``'s run folder) instead: it is only read — each
+    case resumes a copy — and must have passed all seven gates, as the run made here must."""
+    if given := os.environ.get("RL_RECIPE_HEALTHY_RUN"):
+        folder = Path(given).resolve()
+        assert (folder / "run.json").is_file(), f"RL_RECIPE_HEALTHY_RUN={given} is not a run folder"
+        profile = json.loads((folder / "run.json").read_text())["profile"]
+        assert profile == "local", f"RL_RECIPE_HEALTHY_RUN={given} ran the {profile} profile, not local"
+    else:
+        runs_root = tmp_path_factory.mktemp("healthy")
+        state = pipeline(profile="local", runs_root=str(runs_root), return_state=True)
+        assert state.is_completed(), state
+        [folder] = [p for p in runs_root.iterdir() if (p / "run.json").exists()]
     statuses = {m.stage: m.status for m in RunStore(folder).manifests()}
-    assert state.is_completed() and set(statuses.values()) == {StageStatus.PASSED}, statuses
+    assert len(statuses) == len(StageName) and set(statuses.values()) == {StageStatus.PASSED}, statuses
     return folder
 
 
