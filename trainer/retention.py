@@ -10,7 +10,8 @@ tokenizer, so every example is one the base trained on (``tests/trainer/test_ret
 
 Sources (``RetentionSource``): ``app_tools`` (the MCP-harness traces RL itself trains on, off by default),
 ``code_only``, ``terminal`` and ``mcq``. Each contributes its distinct examples, at most ``per_source`` of them
-(a seeded sample), so one plentiful format does not crowd out the others.
+(a seeded sample); each step's draw then deals over the sources in turn (``trainer.local.retention.step_sample``), so
+one plentiful format does not crowd out the others.
 
 Like the base's bootstrap, the terminal and MCQ examples are the transfer suites' own items — the base's skill there
 was taught on them — so the transfer stage then asks whether the hero kept what the base had, with the ptx term

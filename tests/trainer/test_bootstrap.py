@@ -367,7 +367,7 @@ def test_the_retention_set_is_the_bases_own_examples(small_data, tmp_path):
     assert all(tuple(e.tokens) in trained_on for examples in found.values() for e in examples)
 
     counts = write_retention_file(base, small_data, tmp_path / "r.jsonl", [RetentionSource.MCQ], per_source=3)
-    assert counts == {"mcq": 3} and len(read_retention_file(tmp_path / "r.jsonl")) == 3
+    assert counts == {"mcq": 3} and len(read_retention_file(tmp_path / "r.jsonl").examples) == 3
     with pytest.raises(NoRetentionSet, match="was taught no terminal examples"):
         retention_examples(
             bootstrap(TINY, small_data, tmp_path / "models").path, small_data, [RetentionSource.TERMINAL], 8

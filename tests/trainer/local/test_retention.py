@@ -9,7 +9,7 @@ import torch
 from trainer.algorithms import AlgorithmConfig
 from trainer.local.batch import TrainBatch, first_fit_decreasing
 from trainer.local.config import RetentionConfig
-from trainer.local.retention import RetentionFileError, read_retention_file, step_sample
+from trainer.local.retention import RetentionFileError, RetentionSet, read_retention_file, step_sample
 from trainer.local.trainer import LocalTrainer, TrainerConfig
 from trainer.sft import masked_nll, pack
 from trainer.traces import TokenizedTrace
@@ -19,8 +19,10 @@ GROUPS = ["a", "a", "b", "b"]
 REWARDS = [1.0, 0.0, 0.0, 1.0]
 
 
-def write_examples(path, examples):
-    lines = [json.dumps({"source": "mcq", "tokens": e.tokens, "loss_mask": e.loss_mask}) for e in examples]
+def write_examples(path, examples, sources=None):
+    sources = sources or ["mcq"] * len(examples)
+    rows = zip(examples, sources, strict=True)
+    lines = [json.dumps({"source": s, "tokens": e.tokens, "loss_mask": e.loss_mask}) for e, s in rows]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -38,13 +40,16 @@ def retention_examples(vocab: int, count: int = 6) -> list[TokenizedTrace]:
 
 def test_the_file_is_read_in_order_and_a_bad_line_is_named(tmp_path):
     examples = [TokenizedTrace([5, 6, 7], [0, 1, 1]), TokenizedTrace([8, 9], [0, 1])]
-    assert read_retention_file(write_examples(tmp_path / "r.jsonl", examples)) == examples
-    (tmp_path / "bad.jsonl").write_text('{"tokens": [1, 2], "loss_mask": [0, 1]}\n{"tokens": "x"}\n')
+    written = write_examples(tmp_path / "r.jsonl", examples, ["code_only", "mcq"])
+    assert read_retention_file(written) == RetentionSet(examples, ["code_only", "mcq"])
+    (tmp_path / "bad.jsonl").write_text('{"source": "mcq", "tokens": [1, 2], "loss_mask": [0, 1]}\n{"tokens": "x"}\n')
     with pytest.raises(RetentionFileError, match=r"bad.jsonl:2: not a retention example"):
         read_retention_file(tmp_path / "bad.jsonl")
     for text, why in (
-        ('{"tokens": [1, 2], "loss_mask": [0]}', "one mask entry per token"),
-        ('{"tokens": [1, 2], "loss_mask": [0, 0]}', "a trained token"),
+        ('{"source": "mcq", "tokens": [1, 2], "loss_mask": [0]}', "one mask entry per token"),
+        ('{"source": "mcq", "tokens": [1, 2], "loss_mask": [0, 0]}', "a trained token"),
+        ('{"tokens": [1, 2], "loss_mask": [0, 1]}', "not a retention example"),
+        ('{"source": 3, "tokens": [1, 2], "loss_mask": [0, 1]}', "source must be a format's name"),
         ("", "holds no example"),
     ):
         (tmp_path / "odd.jsonl").write_text(text)
@@ -55,11 +60,28 @@ def test_the_file_is_read_in_order_and_a_bad_line_is_named(tmp_path):
 
 
 def test_each_step_draws_its_own_seeded_sample():
-    first = step_sample(50, 16, seed=0, step=3)
+    sources = ["mcq"] * 50
+    first = step_sample(sources, 16, seed=0, step=3)
     assert len(set(first)) == 16 and all(0 <= i < 50 for i in first)
-    assert step_sample(50, 16, seed=0, step=3) == first  # a resumed run draws step 3's examples again
-    assert step_sample(50, 16, seed=0, step=4) != first and step_sample(50, 16, seed=1, step=3) != first
-    assert step_sample(5, 16, seed=0, step=0) == [0, 1, 2, 3, 4]  # fewer examples than asked: all of them
+    assert step_sample(sources, 16, seed=0, step=3) == first  # a resumed run draws step 3's examples again
+    assert step_sample(sources, 16, seed=0, step=4) != first and step_sample(sources, 16, seed=1, step=3) != first
+    assert step_sample(sources[:5], 16, seed=0, step=0) == [0, 1, 2, 3, 4]  # fewer examples than asked: all of them
+
+
+def test_each_source_gets_an_equal_share_of_a_step_whatever_its_pool():
+    """30 code-only examples (0-29), 2 terminal (30, 31), 8 MCQ (32-39). 9 a step: 3 each would do, but terminal has
+    only 2, so both are dealt and its third place goes round: code-only and MCQ get 4 and 3, the extra one falling to
+    whichever source deals first that step (code-only at step 0, terminal at 1, so MCQ then; MCQ at step 2)."""
+    sources = ["code_only"] * 30 + ["terminal"] * 2 + ["mcq"] * 8
+
+    def counts(indices):
+        return [sum(sources[i] == s for i in indices) for s in ("code_only", "terminal", "mcq")]
+
+    shares = [counts(step_sample(sources, 9, seed=0, step=step)) for step in range(3)]
+    assert shares == [[4, 2, 3], [3, 2, 4], [3, 2, 4]]
+    assert counts(step_sample(sources, 6, seed=0, step=0)) == [2, 2, 2]  # a uniform draw would give ~4.5, 0.3, 1.2
+    assert {30, 31} <= set(step_sample(sources, 6, seed=0, step=5))  # every step replays the scarce format's examples
+    assert counts(step_sample(sources, 40, seed=0, step=0)) == [30, 2, 8]  # more asked than held: all of them
 
 
 def test_the_steps_examples_are_packed_within_the_token_budget():
@@ -87,7 +109,7 @@ def test_a_step_adds_gamma_times_the_examples_next_token_loss(model, make_trajec
     assert plain.retention_nll is None and "retention_nll" not in plain.flat()
 
     gamma, per_step = 0.5, 4
-    chosen = [examples[i] for i in step_sample(len(examples), per_step, seed=0, step=0)]
+    chosen = [examples[i] for i in step_sample(["mcq"] * len(examples), per_step, seed=0, step=0)]
     reference = copy.deepcopy(model)
     reference.train()
     nll = masked_nll(reference, pack(chosen))
