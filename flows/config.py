@@ -516,8 +516,9 @@ class HeroRetention(_Section):
     """Retention examples drawn for each optimizer step."""
     sources: tuple[RetentionSource, ...] = Field(RETENTION_DEFAULT_SOURCES, min_length=1)
     """The base's formats replayed: code_only, terminal, mcq (the transfer suites), app_tools (RL's own)."""
-    per_source: int = Field(64, ge=1, le=MAX_STEPS)
-    """At most this many distinct examples of each source in the retention set (a seeded sample)."""
+    per_source: int | None = Field(None, ge=1, le=MAX_STEPS)
+    """At most this many distinct examples of each source in the retention set (a seeded sample); None: all of them
+    (each step's draw shares itself evenly over the sources whatever their sizes)."""
 
 
 class HeroStage(_Section):

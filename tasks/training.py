@@ -44,7 +44,7 @@ class RetentionSettings(Protocol):
     coef: float
     examples_per_step: int
     sources: tuple[RetentionSource, ...]
-    per_source: int
+    per_source: int | None
 
 
 @dataclass(frozen=True)

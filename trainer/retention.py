@@ -9,9 +9,9 @@ from the base's ``bootstrap.json`` spec over the same environment — the same t
 tokenizer, so every example is one the base trained on (``tests/trainer/test_retention.py`` checks this).
 
 Sources (``RetentionSource``): ``app_tools`` (the MCP-harness traces RL itself trains on, off by default),
-``code_only``, ``terminal`` and ``mcq``. Each contributes its distinct examples, at most ``per_source`` of them
-(a seeded sample); each step's draw then deals over the sources in turn (``trainer.local.retention.step_sample``), so
-one plentiful format does not crowd out the others.
+``code_only``, ``terminal`` and ``mcq``. Each contributes all its distinct examples (or a seeded sample of
+``per_source``); each step's draw deals over the sources in turn (``trainer.local.retention.step_sample``), so one
+plentiful format does not crowd out the others.
 
 Like the base's bootstrap, the terminal and MCQ examples are the transfer suites' own items — the base's skill there
 was taught on them — so the transfer stage then asks whether the hero kept what the base had, with the ptx term
@@ -64,10 +64,10 @@ def base_spec(policy: Path) -> BootstrapSpec:
 
 
 def retention_examples(
-    policy: Path, data: Path, sources: Sequence[RetentionSource], per_source: int, seed: int = 0
+    policy: Path, data: Path, sources: Sequence[RetentionSource], per_source: int | None = None, seed: int = 0
 ) -> dict[RetentionSource, list[TokenizedTrace]]:
-    """Each source's distinct examples of the base at ``policy`` (bootstrapped over the environment ``data``), at most
-    ``per_source`` each (seeded by ``seed`` and the source), rendered with the base's tokenizer."""
+    """Each source's distinct examples of the base at ``policy`` (bootstrapped over the environment ``data``), all of
+    them or at most ``per_source`` each (seeded by ``seed`` and the source), rendered with the base's tokenizer."""
     spec = base_spec(policy)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     imitation = draw_imitation_set(select_tasks(load_tasks(data), spec), data / "worlds", spec)
@@ -76,7 +76,7 @@ def retention_examples(
         examples = _distinct(EXAMPLE_SOURCES[source](imitation, tokenizer, spec))
         if not examples:
             raise NoRetentionSet(f"the base at {policy} was taught no {source.value} examples (its bootstrap spec)")
-        if len(examples) > per_source:
+        if per_source is not None and len(examples) > per_source:
             examples = random.Random(f"{seed}:{source.value}").sample(examples, per_source)
         found[source] = examples
     return found
@@ -121,7 +121,12 @@ def _distinct(examples: Sequence[TokenizedTrace]) -> list[TokenizedTrace]:
 
 
 def write_retention_file(
-    policy: Path, data: Path, out: Path, sources: Sequence[RetentionSource], per_source: int = 64, seed: int = 0
+    policy: Path,
+    data: Path,
+    out: Path,
+    sources: Sequence[RetentionSource],
+    per_source: int | None = None,
+    seed: int = 0,
 ) -> dict[str, int]:
     """``retention_examples`` as the JSON-lines file ``trainer.local.retention`` reads, written atomically; returns
     the examples per source."""
