@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import pairwise
 
 import torch
 from torch import Tensor, nn
@@ -67,11 +66,13 @@ def per_sequence_sdpa(
             window_size=(-1, 0),
         )
         return out_NHd[None], None
+    # One split per tensor, not a slice per sequence: a slice's backward writes its gradient into a zeroed copy of the
+    # whole row (S full-row writes per tensor and layer: a third of a bootstrap step), split's backward is one cat.
+    lengths = (cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]).tolist()
+    per_sequence = zip(*(t.split(lengths, dim=2) for t in (query_1HNd, key_1KNd, value_1KNd)), strict=True)
     outputs = [
-        sdpa_attention_forward(
-            module, query_1HNd[:, :, a:b], key_1KNd[:, :, a:b], value_1KNd[:, :, a:b], None, is_causal=True, **kwargs
-        )[0]
-        for a, b in pairwise(cu_seq_lens_q.tolist())
+        sdpa_attention_forward(module, query, key, value, None, is_causal=True, **kwargs)[0]
+        for query, key, value in per_sequence
     ]
     return torch.cat(outputs, dim=1), None
 
