@@ -2,10 +2,10 @@
 
 A task whose oracle does not reach reward 1 is not a valid task (step 1 of the recipe: de-risk the environment).
 The oracle's tool calls go straight to the Python apps (``python``), or through the real MCP gateway: in-process
-(``inmemory``) or as a stdio server in a warm local sandbox from the pool (``stdio``), as rollouts do. Every call is
-recorded (``ToolCallRecord``: tool, ok, error class, returned nothing, latency), so the de-risk stage can compute
-per-tool failure and empty-on-success rates over calls whose arguments are known to be right. ``variants`` puts
-known-bad tool variants (``envs.mcp.variants``) in front of the apps on the MCP transports.
+(``inmemory``) or as a stdio server in a warm local sandbox from the pool (``stdio``, several worlds at once), as
+rollouts do. Every call is recorded (``ToolCallRecord``: tool, ok, error class, returned nothing, latency), so the
+de-risk stage can compute per-tool failure and empty-on-success rates over calls whose arguments are known to be right.
+``variants`` puts known-bad tool variants (``envs.mcp.variants``) in front of the apps on the MCP transports.
 
 Harbor tasks pass the same gate with Harbor's two reference agents (``check_harbor_tasks``): ``oracle`` must score 1
 and ``nop`` (doing nothing) must score 0, or the task is invalid; under bubblewrap (``local``) or in containers built
@@ -153,6 +153,11 @@ async def _check_inmemory(
     return probes
 
 
+STDIO_WORLDS_AT_ONCE = 4
+"""Worlds whose oracles the stdio check runs at once. Each world's tasks go one after another through its sandbox;
+while one world's gateway answers (or the grader reads its files) another's can, so the two cores both work."""
+
+
 async def _check_stdio(
     tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
 ) -> list[ProbeCall]:
@@ -165,21 +170,27 @@ async def _check_stdio(
     provider = LocalProvider(
         {world_id: worlds_root / world_id for world_id in world_ids}, SandboxOptions(variants=variants)
     )
-    async with SandboxPool(provider, size_per_world=1) as pool:
-        for task in tasks:
-            started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
-            async with pool.acquire(task.world_id) as sandbox:  # reset to pristine when released
-                try:
-                    run = await run_oracle_via(sandbox.client, require_oracle(task), calls.record)
-                    scored = _graded(task, run, pristine, sandbox.world_root)
-                except Exception as exc:
-                    scored = _failed(exc)
-            report(_record(task, started, scored, calls))
-        probes = []
-        for world_id in world_ids:
+    at_once = asyncio.Semaphore(STDIO_WORLDS_AT_ONCE)
+    probes: dict[str, list[ProbeCall]] = {}
+
+    async def check_world(pool: SandboxPool, world_id: str) -> None:
+        async with at_once:
+            for task in (task for task in tasks if task.world_id == world_id):
+                started, pristine, calls = time.perf_counter(), worlds_root / world_id, _CallLog()
+                async with pool.acquire(world_id) as sandbox:  # reset to pristine when released
+                    try:
+                        run = await run_oracle_via(sandbox.client, require_oracle(task), calls.record)
+                        scored = _graded(task, run, pristine, sandbox.world_root)
+                    except Exception as exc:
+                        scored = _failed(exc)
+                report(_record(task, started, scored, calls))
             async with pool.acquire(world_id) as sandbox:
-                probes += [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
-    return probes
+                probes[world_id] = [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
+
+    async with SandboxPool(provider, size_per_world=1) as pool, asyncio.TaskGroup() as group:
+        for world_id in world_ids:
+            group.create_task(check_world(pool, world_id))
+    return [probe for world_id in world_ids for probe in probes[world_id]]
 
 
 McpCheck = Callable[[list[TaskSpec], Path, Report, frozenset[BadVariant]], Awaitable[list[ProbeCall]]]
@@ -230,7 +241,8 @@ def check_environment(
         probes = _probe_directly(tasks, worlds_root)
     else:
         probes = asyncio.run(_MCP_CHECKS[transport](tasks, worlds_root, report, variants))
-    return EnvironmentCheck(results, probes)
+    order = {task.task_id: index for index, task in enumerate(tasks)}  # the stdio check finishes worlds out of order
+    return EnvironmentCheck(sorted(results, key=lambda result: order[result.task_id]), probes)
 
 
 def check_oracles(

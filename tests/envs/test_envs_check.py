@@ -55,3 +55,26 @@ def test_check_reports_a_broken_task_and_fails(data_dir, tmp_path, capsys):
     broken = task.model_copy(update={"world_id": "no-such-world"})
     result = check_task(broken, data_dir / "worlds")
     assert not result.passed and "no-such-world" in (result.error or "")
+
+
+def test_the_stdio_check_runs_worlds_at_once_and_reports_in_task_order(data_dir):
+    """Worlds finish in any order; the results come back in the tasks' order, the probes world by world."""
+    from envs.check import check_environment
+    from envs.options import OracleTransport
+
+    by_world: dict[str, list] = {}
+    for task in load_tasks(data_dir):
+        if task.tier == "toy" and len(by_world.setdefault(task.world_id, [])) < 2:
+            by_world[task.world_id].append(task)
+    worlds = sorted(by_world)[:3]
+    # interleaved across worlds, the last world first: neither sorted by world nor by id
+    tasks = [by_world[world][i] for i in range(2) for world in reversed(worlds)]
+    seen: list[str] = []
+    checked = check_environment(
+        tasks, data_dir / "worlds", on_result=lambda r: seen.append(r.task_id), transport=OracleTransport.STDIO
+    )
+    assert [r.task_id for r in checked.oracles] == [t.task_id for t in tasks]
+    assert sorted(seen) == sorted(t.task_id for t in tasks)
+    assert all(r.passed for r in checked.oracles), [r.error for r in checked.oracles if not r.passed]
+    probed = [p.world_id for p in checked.probes]
+    assert sorted(set(probed)) == worlds and probed == sorted(probed)
