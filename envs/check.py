@@ -170,20 +170,26 @@ async def _check_stdio(
     provider = LocalProvider(
         {world_id: worlds_root / world_id for world_id in world_ids}, SandboxOptions(variants=variants)
     )
+    by_world: dict[str, list[TaskSpec]] = {world_id: [] for world_id in world_ids}
+    for task in tasks:
+        by_world[task.world_id].append(task)
     at_once = asyncio.Semaphore(STDIO_WORLDS_AT_ONCE)
     probes: dict[str, list[ProbeCall]] = {}
 
+    async def check_task_in(pool: SandboxPool, task: TaskSpec) -> None:
+        started, pristine, calls = time.perf_counter(), worlds_root / task.world_id, _CallLog()
+        async with pool.acquire(task.world_id) as sandbox:  # reset to pristine when released
+            try:
+                run = await run_oracle_via(sandbox.client, require_oracle(task), calls.record)
+                scored = _graded(task, run, pristine, sandbox.world_root)
+            except Exception as exc:
+                scored = _failed(exc)
+        report(_record(task, started, scored, calls))
+
     async def check_world(pool: SandboxPool, world_id: str) -> None:
         async with at_once:
-            for task in (task for task in tasks if task.world_id == world_id):
-                started, pristine, calls = time.perf_counter(), worlds_root / world_id, _CallLog()
-                async with pool.acquire(world_id) as sandbox:  # reset to pristine when released
-                    try:
-                        run = await run_oracle_via(sandbox.client, require_oracle(task), calls.record)
-                        scored = _graded(task, run, pristine, sandbox.world_root)
-                    except Exception as exc:
-                        scored = _failed(exc)
-                report(_record(task, started, scored, calls))
+            for task in by_world[world_id]:
+                await check_task_in(pool, task)
             async with pool.acquire(world_id) as sandbox:
                 probes[world_id] = [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
 

@@ -49,11 +49,12 @@ def per_sequence_sdpa(
     """Causal SDPA within each sequence ``cu_seq_lens_q[s] : cu_seq_lens_q[s + 1]`` of the packed row; (1, N, H, d)."""
     if cu_seq_lens_q is None or attention_mask is not None:
         raise ValueError(f"{PER_SEQUENCE_SDPA} needs the packed row's cu_seq_lens_q and no attention mask")
+    lengths_S = cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]
     if fused_varlen_applies(query_1HNd, kwargs.get("dropout", 0.0)):
         # KV heads repeated for GQA here: torch builds before 2.13 have no enable_gqa on varlen_attn
         groups = query_1HNd.shape[1] // key_1KNd.shape[1]
         key_NHd, value_NHd = (t[0].transpose(0, 1).repeat_interleave(groups, dim=1) for t in (key_1KNd, value_1KNd))
-        longest = int((cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]).max())
+        longest = int(lengths_S.max())
         out_NHd = varlen_attn(
             query_1HNd[0].transpose(0, 1),
             key_NHd,
@@ -68,8 +69,7 @@ def per_sequence_sdpa(
         return out_NHd[None], None
     # One split per tensor, not a slice per sequence: a slice's backward writes its gradient into a zeroed copy of the
     # whole row (S full-row writes per tensor and layer: a third of a bootstrap step), split's backward is one cat.
-    lengths = (cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]).tolist()
-    per_sequence = zip(*(t.split(lengths, dim=2) for t in (query_1HNd, key_1KNd, value_1KNd)), strict=True)
+    per_sequence = zip(*(t.split(lengths_S.tolist(), dim=2) for t in (query_1HNd, key_1KNd, value_1KNd)), strict=True)
     outputs = [
         sdpa_attention_forward(module, query, key, value, None, is_causal=True, **kwargs)[0]
         for query, key, value in per_sequence
