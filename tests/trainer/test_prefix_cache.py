@@ -8,7 +8,7 @@ import torch
 
 from trainer.engine import Engine, EngineConfig, SamplingParams
 from trainer.engine.forward import KVPool, ModelWeights
-from trainer.engine.prefix_cache import PrefixCache, common_prefix_length
+from trainer.engine.prefix_cache import PrefixCache, shared_prefix_lengths
 from trainer.model import TinyModelSpec, bootstrap_policy
 
 CORPUS = [f"turn {i}: the tool returned {i * 7 % 40} rows from sheet {i % 5}" for i in range(300)]
@@ -25,16 +25,16 @@ def generate(engine: Engine, prompt: list[int], seed: int, n: int = 12):
     return asyncio.run(engine.generate(prompt, params))
 
 
-def test_common_prefix_length_by_hand():
-    assert common_prefix_length([1, 2, 3, 4], [1, 2, 9]) == 2
-    assert common_prefix_length([1, 2], [1, 2, 3]) == 2
-    assert common_prefix_length([5], [6]) == 0 and common_prefix_length([], [1]) == 0
+def test_shared_prefix_lengths_by_hand():
+    rows = torch.tensor([[1, 2, 3, 4], [1, 2, 9, 4], [5, 2, 3, 4], [1, 2, -1, -1]])
+    assert shared_prefix_lengths(rows, torch.tensor([1, 2, 3, 4])).tolist() == [4, 2, 0, 2]
+    assert shared_prefix_lengths(rows[:, :0], torch.tensor([], dtype=torch.int64)).tolist() == [0, 0, 0, 0]
     rng = random.Random(0)
     for _ in range(200):
-        a = [rng.randrange(3) for _ in range(rng.randrange(30))]
-        b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(5))]
-        brute = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-        assert common_prefix_length(a, b) == brute
+        a = [rng.randrange(3) for _ in range(rng.randrange(1, 30))]
+        b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(len(a))]
+        brute = next(i for i, (x, y) in enumerate(zip([*a, -2], b, strict=False)) if x != y)
+        assert shared_prefix_lengths(torch.tensor([b[: len(a)]]), torch.tensor(a)).tolist() == [brute]
 
 
 def test_multi_turn_rollout_reuses_each_turn_and_samples_what_a_cold_engine_samples(policy):
@@ -97,6 +97,20 @@ def test_least_recently_used_sequence_is_evicted(policy):
     with torch.inference_mode():
         cache.restore(hit, running)
     assert torch.all(pool.k[:, running, :, :2] == 1.0) and cache.reused_tokens == 2
+
+
+def test_superseded_turns_free_their_slots(policy):
+    """Each turn supersedes the last: its slot must return to the free list, or a long rollout would use up the
+    parked slots and evict other rollouts' prefixes."""
+    model, _ = policy
+    pool = KVPool(ModelWeights.from_hf(model, 64), n_slots=1, initial_capacity=8, n_parked=2)
+    cache = PrefixCache(pool)
+    running = pool.allocate()
+    turns = [[1, 2, 3, 4, 5, 6][:n] for n in range(1, 7)]
+    for tokens in [*turns, [9, 9]]:
+        cache.park(running, tokens)
+    assert len(cache) == 2
+    assert cache.lookup([1, 2, 3, 4, 5, 6, 0]).n_tokens == 6 and cache.lookup([9, 9, 0]).n_tokens == 2
 
 
 def test_a_long_fresh_prompt_beside_a_cached_one_never_pads_past_the_context(policy):

