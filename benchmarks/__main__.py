@@ -10,6 +10,7 @@ BENCHMARKS = [
     ["app_cli.py", "--calls", "5"],
     ["engine_decode.py"],
     ["engine_vs_vllm.py", "--repeats", "1"],  # prints "skipped" without .venv-vllm (`make bench-vllm` builds it)
+    ["chain_engines.py"],  # the smoke chain on each engine; "skipped" without .venv-vllm
     ["trainer_packing.py", "--repeats", "2"],
     ["sft_packing.py", "--batches", "4", "--repeats", "2"],
     ["rollouts_e2e.py"],

@@ -1,5 +1,6 @@
 # `make test-vllm`: prove the engine protocol against a real vLLM server on CPU; `make bench-vllm`: our engine's
-# tokens/s against vLLM's on the same policy and requests (benchmarks/engine_vs_vllm.py).
+# tokens/s against vLLM's on the same policy and requests (benchmarks/engine_vs_vllm.py), then the smoke chain's
+# stages on each engine (benchmarks/chain_engines.py).
 # Included from the Makefile (`include make/vllm.mk`); it reuses PYTHON, PY and TORCH_PIN from there.
 # vLLM lives in its own venv so the main one keeps its own torch/transformers pins; the test itself runs
 # from the main venv and starts `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server` as a child.
@@ -28,3 +29,4 @@ test-vllm: install install-vllm
 
 bench-vllm: install install-vllm
 	$(PY) benchmarks/engine_vs_vllm.py
+	$(PY) benchmarks/chain_engines.py

@@ -1,7 +1,7 @@
 """``recipe engine``: serve a policy with the local engine (vLLM wire format).
 
 recipe engine serve --model DIR [--served-model-name NAME] [--host 127.0.0.1] [--port 8000] [--max-num-seqs 64]
-                    [--compile]
+                    [--compile] [--torch-threads 1]
     loads the policy folder DIR and serves /v1/completions, /v1/chat/completions and the control routes until
     interrupted (trainer.engine.server.serve). Clients name the model NAME (default: DIR as given, like vLLM);
     the served name is printed on start: pass it to `recipe eval run --model`.
@@ -16,10 +16,11 @@ from flows.args import port, positive_int
 
 def _engine_serve(args: argparse.Namespace) -> int:
     from trainer.engine import EngineConfig
-    from trainer.engine.server import ServeOptions, serve
+    from trainer.engine.server import SERVER_TORCH_THREADS, ServeOptions, serve
 
     slots = {} if args.max_num_seqs is None else {"max_num_seqs": args.max_num_seqs}
-    config = EngineConfig(compile=args.compile, **slots)
+    threads = args.torch_threads or SERVER_TORCH_THREADS
+    config = EngineConfig(compile=args.compile, torch_threads=threads, **slots)
     serve(args.model, ServeOptions(args.host, args.port, served_model_name=args.served_model_name), config)
     return 0
 
@@ -38,5 +39,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--compile", action="store_true", help="torch.compile the decode step (faster steps after a one-off compile)"
+    )
+    serve.add_argument(
+        "--torch-threads", type=positive_int, help="torch intra-op threads (default 1: a tiny model's ops are small)"
     )
     serve.set_defaults(handler=_engine_serve)

@@ -117,6 +117,13 @@ def default_served_name(model_dir: str | os.PathLike[str]) -> str:
     return str(Path(model_dir))
 
 
+SERVER_TORCH_THREADS = 1
+"""The servers' default torch intra-op threads. A tiny model's ops are too small to split: with 2 threads on 2 cores,
+each op waits for the slower one (and for the HTTP thread sharing the cores), and a descheduled core stalls them all.
+Medians of 5 interleaved passes, 2 cores (benchmarks/engine_vs_vllm.py mixes, 2026-12-03): single decode 311 vs 146
+tok/s (compiled 482 vs 361), 64 mixed requests 2088 vs 1580 (2740 vs 1409), 16 rollouts x 4 turns 1020 vs 1012."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve a policy folder with the local engine (vLLM wire format).")
     parser.add_argument("model_dir")
@@ -125,6 +132,7 @@ def main() -> None:
     parser.add_argument("--served-model-name", default=None, help="model name clients pass (default: MODEL_DIR)")
     parser.add_argument("--max-num-seqs", type=int, default=EngineConfig().max_num_seqs)
     parser.add_argument("--compile", action="store_true", help="torch.compile the decode step")
+    parser.add_argument("--torch-threads", type=int, default=SERVER_TORCH_THREADS, help="torch intra-op threads")
     parser.add_argument(
         "--control-token", default=None, help=f"token the control routes require (default: ${CONTROL_TOKEN_ENV})"
     )
@@ -133,7 +141,7 @@ def main() -> None:
         serve(
             args.model_dir,
             ServeOptions(args.host, args.port, args.served_model_name, args.control_token),
-            EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile),
+            EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile, torch_threads=args.torch_threads),
         )
     except UnprotectedControlError as error:
         parser.error(str(error))
