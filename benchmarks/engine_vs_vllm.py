@@ -99,7 +99,7 @@ def tiny_policy(out: Path) -> Path:
 
 
 def servers(policy: Path, context: int, args: argparse.Namespace) -> list[Server]:
-    ours = [sys.executable, "-m", "trainer.engine.server", str(policy), "--served-model-name", MODEL_NAME]  # defaults
+    ours = [sys.executable, "-m", "trainer.engine.server", str(policy), "--served-model-name", MODEL_NAME]
     if args.max_num_seqs is not None:
         ours += ["--max-num-seqs", str(args.max_num_seqs)]
     vllm = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(policy)]
