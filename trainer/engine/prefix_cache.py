@@ -67,9 +67,7 @@ class PrefixCache:
         target = self._free.pop() if self._free else self._drop(next(iter(self._parked)))
         self._copy(slot, target, len(tokens))
         self._grow(len(tokens))
-        row = self._tokens_SN[target - self._first]
-        row[: len(tokens)] = tokens_N
-        row[len(tokens) :] = _NO_TOKEN
+        self._tokens_SN[target - self._first, : len(tokens)] = tokens_N  # a free row holds only _NO_TOKEN
         self._parked[target] = len(tokens)
 
     def lookup(self, prompt: Sequence[int]) -> PrefixHit | None:
