@@ -1,13 +1,16 @@
-"""The base bootstrap's SFT step, packed vs right-padded: the local profile's own examples, same batches, same model.
+"""The base bootstrap's SFT step, prefix-shared vs packed vs right-padded: the local profile's own examples, same
+batches, same model.
 
 The examples are the ones `recipe run --profile local` bootstraps its base on (its traces through both harnesses
 and the multiple-choice examples, rendered by its tokenizer; the environment is built under data/ if missing).
 Batches are drawn as the bootstrap draws them (``batch_order``: a seeded permutation, the profile's batch size).
 Each step is a full SFT step (forward, loss over assistant tokens, backward, AdamW) on a copy of the same fresh
-model: packed runs the batch as one row with attention per sequence (``trainer.sft``); padded, the layout before it,
-right-pads the batch to its longest example. Steps alternate between the two, so load from other processes hits both
-alike; tokens/s = real (unpadded) tokens / step wall time, best of --repeats steps per batch. Also printed: the share
-of the padded layout's positions that are padding, and the largest |Δ loss| between the layouts on the same batch.
+model: shared (``trainer.sft``'s layout) runs the batch as one row in which examples that start alike hold their
+common prefix once (``trainer.local.prefix_sharing``); packed, the layout before it, runs every example's tokens back
+to back with attention per sequence; padded, the one before that, right-pads the batch to its longest example. Steps
+rotate between the three, so load from other processes hits all alike; tokens/s = real (unpadded) tokens / step wall
+time, best of --repeats steps per batch. Also printed: the share of the padded layout's positions that are padding,
+the shared row's size against the packed one's, and the largest |Δ loss| between the layouts on the same batch.
 
     .venv/bin/python benchmarks/sft_packing.py --batches 4 --repeats 2
 """
@@ -18,6 +21,7 @@ import argparse
 import copy
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -84,35 +88,39 @@ def main() -> None:
         len(tokenized.tokenizer),
         special_token_ids(tokenized.tokenizer),
     )
-    layouts = {"packed": copy.deepcopy(fresh), "padded": copy.deepcopy(fresh)}
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=spec.lr) for name, model in layouts.items()}
+    loss_fns = {
+        "shared": lambda model, batch: masked_nll(model, pack(batch)),
+        "packed": lambda model, batch: masked_nll(model, pack(batch, share_prefixes=False)),
+        "padded": lambda model, batch: padded_nll(model, batch, pad_id),
+    }
+    models = {name: copy.deepcopy(fresh) for name in loss_fns}
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=spec.lr) for name, model in models.items()}
     batches = batch_order(len(examples), spec.batch_size, spec.seed)
-    best = {name: [] for name in layouts}
-    real_tokens, padded_positions, max_delta = 0, 0, 0.0
+    best: dict[str, list[float]] = {name: [] for name in loss_fns}
+    real_tokens, padded_positions, shared_rows, max_delta = 0, 0, 0, 0.0
     for _ in range(args.batches):
         batch = [examples[i] for i in next(batches)]
         real_tokens += sum(len(e.tokens) for e in batch)
         padded_positions += len(batch) * max(len(e.tokens) for e in batch)
-        seconds = {name: [] for name in layouts}
+        shared_rows += len(pack(batch).plan.input_ids_R) + len(batch)  # + each example's last token, as counted above
+        seconds: dict[str, list[float]] = {name: [] for name in loss_fns}
         for _ in range(args.repeats):
-            packed_s, packed_loss = timed_step(
-                layouts["packed"], optimizers["packed"], lambda batch=batch: masked_nll(layouts["packed"], pack(batch))
-            )
-            padded_s, padded_loss = timed_step(
-                layouts["padded"],
-                optimizers["padded"],
-                lambda batch=batch: padded_nll(layouts["padded"], batch, pad_id),
-            )
-            seconds["packed"].append(packed_s)
-            seconds["padded"].append(padded_s)
-            max_delta = max(max_delta, abs(packed_loss - padded_loss))
-        for name in layouts:
+            losses = {}
+            for name, loss_fn in loss_fns.items():
+                step_s, losses[name] = timed_step(models[name], optimizers[name], partial(loss_fn, models[name], batch))
+                seconds[name].append(step_s)
+            max_delta = max(max_delta, max(losses.values()) - min(losses.values()))
+        for name in loss_fns:
             best[name].append(min(seconds[name]))
-    rate = {name: real_tokens / sum(best[name]) for name in layouts}
+    rate = {name: real_tokens / sum(best[name]) for name in loss_fns}
     print(f"padding: {1 - real_tokens / padded_positions:.1%} of the padded layout's positions")
-    for name in layouts:
+    print(f"shared prefixes: the shared row holds {shared_rows / real_tokens:.1%} of the packed row's tokens")
+    for name in loss_fns:
         print(f"{name:7s} {rate[name]:8.0f} tok/s  ({sum(best[name]) / args.batches:.2f} s a step)")
-    print(f"packed / padded: {rate['packed'] / rate['padded']:.2f}x; max |Δ loss| on the same batch {max_delta:.1e}")
+    print(
+        f"shared / packed: {rate['shared'] / rate['packed']:.2f}x; packed / padded: "
+        f"{rate['packed'] / rate['padded']:.2f}x; max |Δ loss| between layouts on the same batch {max_delta:.1e}"
+    )
 
 
 if __name__ == "__main__":

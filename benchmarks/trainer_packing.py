@@ -36,7 +36,8 @@ import torch
 from envs.types import Trajectory
 from trainer.algorithms import AlgorithmConfig
 from trainer.local import Layout, LocalTrainer, TrainBatch, TrainerConfig, token_stats
-from trainer.local.batch import BIN_COSTS
+from trainer.local.batch import BIN_COSTS, MicroBatch
+from trainer.local.prefix_sharing import SharedPrefixPlan
 from trainer.model import TinyModelSpec, build_tiny_model
 
 # (quantile, tokens) of the overfit stage's train trajectories (local profile run, 2048 trajectories); the mean
@@ -85,18 +86,21 @@ def log_uniform_lengths(count: int, min_len: int, max_len: int, seed: int) -> li
 
 
 def trajectories_of(lengths: list[int], prompt_len: int, vocab: int, seed: int) -> list[Trajectory]:
-    """Trajectories of ``lengths`` in groups of 8 with a ``prompt_len`` prompt and alternating rewards."""
+    """Trajectories of ``lengths`` in groups of 8, each group's with one ``prompt_len`` prompt, alternating rewards."""
     generator = torch.Generator().manual_seed(seed)
     out = []
     for i, length in enumerate(lengths):
         prompt = min(prompt_len, length - 1)
         mask = [int(t >= prompt) for t in range(length)]
+        if i % 8 == 0:  # a group's samples continue one prompt
+            group_prompt = torch.randint(2, vocab, (prompt_len,), generator=generator).tolist()
+        completion = torch.randint(2, vocab, (length - prompt,), generator=generator).tolist()
         out.append(
             Trajectory(
                 task_id=f"t{i // 8}",
                 group_id=f"g{i // 8}",
                 sample_index=i % 8,
-                tokens=torch.randint(2, vocab, (length,), generator=generator).tolist(),
+                tokens=group_prompt[:prompt] + completion,
                 loss_mask=mask,
                 logprobs=[-math.log(vocab) * m for m in mask],
                 prompt_len=prompt,
@@ -106,14 +110,14 @@ def trajectories_of(lengths: list[int], prompt_len: int, vocab: int, seed: int) 
     return out
 
 
-def packed_vs_padded_logprobs(model: torch.nn.Module, batch: TrainBatch, token_budget: int) -> float:
-    """max |log π packed − log π padded| over the first packed micro-batch."""
-    micro = batch.micro_batches(token_budget, Layout.PACKED)[0]
+def logprobs_vs_padded(model: torch.nn.Module, batch: TrainBatch, token_budget: int) -> dict[Layout, float]:
+    """max |log π of each layout − log π padded| over the first shared-prefix micro-batch."""
+    micro = batch.micro_batches(token_budget, Layout.SHARED_PREFIX)[0]
     device = next(model.parameters()).device
     tokens_SL, lengths_S = micro.take(batch.tokens_BT).to(device), batch.lengths_B[micro.rows_S].to(device)
     with torch.no_grad():
-        packed, padded = (token_stats(model, tokens_SL, lengths_S, layout).logprobs_SL for layout in Layout)
-    return float((packed - padded).abs().max())
+        logprobs = {layout: token_stats(model, tokens_SL, lengths_S, layout).logprobs_SL for layout in Layout}
+    return {layout: float((lp - logprobs[Layout.PADDED]).abs().max()) for layout, lp in logprobs.items()}
 
 
 @dataclass
@@ -183,7 +187,8 @@ def main() -> None:
         f"{int(np.median(lengths))}), token budget {args.token_budget}, model {args.layers}x{args.hidden} "
         f"(MLP {args.intermediate}), {args.threads} thread(s), {args.device} {args.dtype}"
     )
-    print(f"log-probs packed vs padded: max |Δ| {packed_vs_padded_logprobs(model, batch, args.token_budget):.1e}")
+    deltas = logprobs_vs_padded(model, batch, args.token_budget)
+    print("log-probs vs padded, max |Δ|: " + ", ".join(f"{layout} {delta:.1e}" for layout, delta in deltas.items()))
 
     # lr tiny so the weights barely move between repeats; both layouts start from the same weights
     trainers = {
@@ -195,16 +200,26 @@ def main() -> None:
     best = interleaved_rates(trainers, batch, args.repeats)
     for layout, rates in best.items():
         micro_batches = batch.micro_batches(args.token_budget, layout)
-        computed = sum(BIN_COSTS.get(layout)([lengths[int(r)] for r in mb.rows_S]) for mb in micro_batches)
+        computed = sum(computed_tokens(batch, micro, layout) for micro in micro_batches)
         print(
-            f"{layout.value:>7}: {rates.wall:8.0f} tokens/s wall  {rates.cpu:8.0f} tokens/CPU-s  "
+            f"{layout.value:>13}: {rates.wall:8.0f} tokens/s wall  {rates.cpu:8.0f} tokens/CPU-s  "
             f"{len(micro_batches):3d} micro-batches  {computed} computed tokens ({computed / sum(lengths):.2f}x real)"
         )
-    packed, padded = best[Layout.PACKED], best[Layout.PADDED]
+    shared, packed, padded = best[Layout.SHARED_PREFIX], best[Layout.PACKED], best[Layout.PADDED]
     print(
+        f"shared_prefix / packed: {shared.wall / packed.wall:.2f}x wall, {shared.cpu / packed.cpu:.2f}x CPU; "
         f"packed / padded: {packed.wall / padded.wall:.2f}x wall, {packed.cpu / padded.cpu:.2f}x CPU "
         f"(best of {args.repeats}, interleaved)"
     )
+
+
+def computed_tokens(batch: TrainBatch, micro: MicroBatch, layout: Layout) -> int:
+    """Tokens the micro-batch's forward computes in ``layout``."""
+    lengths = batch.lengths_B[micro.rows_S].tolist()
+    if layout is Layout.SHARED_PREFIX:
+        rows = [row[:n] for row, n in zip(micro.take(batch.tokens_BT).tolist(), lengths, strict=True)]
+        return len(SharedPrefixPlan.of(rows).input_ids_R)
+    return BIN_COSTS.get(layout)(lengths)
 
 
 if __name__ == "__main__":

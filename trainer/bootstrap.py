@@ -88,7 +88,7 @@ from trainer.traces import (
     swapped_trace,
 )
 
-BOOTSTRAP_VERSION = "bootstrap-v6"
+BOOTSTRAP_VERSION = "bootstrap-v7"
 """Part of the cache key: bump it when tokenizer training, trace rendering or training change what they produce."""
 REPORT_FILE = "bootstrap.json"
 WORLD_TEXT_SUFFIXES = (".txt", ".md", ".csv", ".json")

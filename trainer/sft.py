@@ -7,10 +7,12 @@ Loss of a batch of B token sequences, targets y_{i,t+1} predicted from the prefi
 with m the loss mask (1 on assistant tokens — the ones the policy samples at rollout time — 0 on the prompt and
 tool observations). Deterministic: the batch order is a seeded permutation per epoch.
 
-A batch goes through the model as one packed row (``pack``): the sequences back to back, positions restarting at 0
-for each, attention causal within each (``trainer.local.packed_attention``), so no compute is spent on padding — the
-local bootstrap's examples run from 68 to 424 tokens, and right-padding a batch to its longest made 31 % of the computed
-positions padding (``benchmarks/sft_packing.py``). The loss is the same sum over the same targets.
+A batch goes through the model as one packed row (``pack``): the sequences back to back, each attending only to its
+own tokens, so no compute is spent on padding (the local bootstrap's examples run from 68 to 424 tokens: right-padding
+a batch to its longest made 31 % of the computed positions padding), and prefixes that examples share — a harness's
+system prompt and tool listing, a task's prompt — stored and computed once (``trainer.local.prefix_sharing``): a
+local bootstrap batch then computes about half its tokens (``benchmarks/sft_packing.py``). The loss is the same sum
+over the same targets.
 
     result = train_sft(model, examples, SftConfig(steps=600, batch_size=64, lr=3e-3))
 """
@@ -27,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.local.packed_attention import per_sequence_attention, sequence_bounds
+from trainer.local.packed_attention import packed_row_attention
+from trainer.local.prefix_sharing import SHARED_PREFIX_SDPA, SharedPrefixPlan
 from trainer.traces import TokenizedTrace
 
 
@@ -78,50 +81,48 @@ def batch_order(n_examples: int, batch_size: int, seed: int) -> Iterator[list[in
 
 @dataclass(frozen=True)
 class PackedBatch:
-    """B sequences as one row of N = Σ (len_i − 1) inputs: each sequence's tokens but its last, ``positions_N``
-    restarting at 0 per sequence, ``bounds`` the sequences' offsets (0, len_0 − 1, …, N), and for every input its
-    next token ``targets_N`` and whether that target is trained on (``mask_N``)."""
+    """B sequences' inputs (each sequence's tokens but its last) as one prefix-shared row (``plan``), and the trained
+    targets: ``targets_M[m]`` is predicted from the hidden state in row ``score_rows_M[m]``. A shared row a loss
+    token of several members sits in is listed once per member, so the loss sums what per-sequence packing sums."""
 
-    input_ids_N: Tensor
-    positions_N: Tensor
-    bounds: Tensor
-    targets_N: Tensor
-    mask_N: Tensor
+    plan: SharedPrefixPlan
+    score_rows_M: Tensor
+    targets_M: Tensor
 
     def to(self, device: torch.device) -> PackedBatch:
         """The same batch with every tensor on ``device``."""
-        return PackedBatch(*(getattr(self, name).to(device) for name in self.__dataclass_fields__))
+        return PackedBatch(self.plan.to(device), self.score_rows_M.to(device), self.targets_M.to(device))
 
 
-def pack(examples: Sequence[TokenizedTrace]) -> PackedBatch:
-    """The examples (each ≥ 2 tokens) as one ``PackedBatch``."""
+def pack(examples: Sequence[TokenizedTrace], share_prefixes: bool = True) -> PackedBatch:
+    """The examples (each ≥ 2 tokens) as one ``PackedBatch`` (``share_prefixes=False``: each example computes its
+    own copy of every token, the layout before prefix sharing, kept for ``benchmarks/sft_packing.py``)."""
     if any(len(e.tokens) < 2 or len(e.loss_mask) != len(e.tokens) for e in examples):
         raise ValueError("an SFT example needs at least 2 tokens (an input and a target) and a mask entry per token")
-    lengths = torch.tensor([len(e.tokens) - 1 for e in examples])
+    plan = SharedPrefixPlan.of([e.tokens[:-1] for e in examples], share=share_prefixes)
+    trained = [torch.tensor(e.loss_mask[1:], dtype=torch.bool) for e in examples]
     return PackedBatch(
-        input_ids_N=torch.tensor([t for e in examples for t in e.tokens[:-1]]),
-        positions_N=torch.cat([torch.arange(n) for n in lengths.tolist()]),
-        bounds=sequence_bounds(lengths),
-        targets_N=torch.tensor([t for e in examples for t in e.tokens[1:]]),
-        mask_N=torch.tensor([bool(m) for e in examples for m in e.loss_mask[1:]]),
+        plan=plan,
+        score_rows_M=torch.cat([rows[mask] for rows, mask in zip(plan.rows, trained, strict=True)]),
+        targets_M=torch.cat([torch.tensor(e.tokens[1:])[mask] for e, mask in zip(examples, trained, strict=True)]),
     )
 
 
 def masked_nll(model: PreTrainedModel, batch: PackedBatch) -> Tensor:
     """Mean next-token NLL over masked target positions (formula in the module docstring)."""
-    with per_sequence_attention(model):
-        hidden_NH = model.model(
-            input_ids=batch.input_ids_N[None],
-            position_ids=batch.positions_N[None],
-            cu_seq_lens_q=batch.bounds,
+    with packed_row_attention(model, SHARED_PREFIX_SDPA):
+        hidden_RH = model.model(
+            input_ids=batch.plan.input_ids_R[None],
+            position_ids=batch.plan.positions_R[None],
+            shared_prefix_plan=batch.plan,
             use_cache=False,
         ).last_hidden_state[0]
     # Project to the vocabulary only where the loss looks: assistant tokens are a small share of a trace, and the
     # output layer is the largest matmul of a tiny model.
-    logits_MV = model.lm_head(hidden_NH[batch.mask_N])
+    logits_MV = model.lm_head(hidden_RH[batch.score_rows_M])
     if logits_MV.shape[0] == 0:
         return logits_MV.sum()  # no target in the batch: zero loss that still has a graph
-    return torch.nn.functional.cross_entropy(logits_MV.float(), batch.targets_N[batch.mask_N])
+    return torch.nn.functional.cross_entropy(logits_MV.float(), batch.targets_M)
 
 
 def train_sft(

@@ -17,6 +17,10 @@ def test_the_packed_loss_equals_each_sequence_on_its_own():
     for length, (start, stop) in zip(lengths, masked, strict=True):
         mask = [int(start <= t < stop) for t in range(length)]
         examples.append(TokenizedTrace(torch.randint(2, 50, (length,), generator=generator).tolist(), mask))
+    # two more sharing the first one's first 7 tokens (loss tokens among them), one of them twice
+    for tail, mask in (([3, 4, 5], [0] * 4 + [1] * 6), ([9], [0] * 6 + [1] * 2)):
+        examples.append(TokenizedTrace(examples[0].tokens[:7] + tail, mask))
+    examples.append(examples[-1])
     nll_sum, targets = 0.0, 0
     for example in examples:
         tokens, mask = torch.tensor([example.tokens]), torch.tensor(example.loss_mask[1:], dtype=torch.bool)
@@ -30,10 +34,22 @@ def test_the_packed_loss_equals_each_sequence_on_its_own():
 
 def test_pack_lays_the_sequences_back_to_back():
     batch = pack([TokenizedTrace([5, 6, 7], [0, 1, 1]), TokenizedTrace([8, 9], [0, 1])])
-    assert batch.input_ids_N.tolist() == [5, 6, 8] and batch.targets_N.tolist() == [6, 7, 9]
-    assert batch.positions_N.tolist() == [0, 1, 0] and batch.bounds.tolist() == [0, 2, 3]
-    assert batch.mask_N.tolist() == [True, True, True]
+    assert batch.plan.input_ids_R.tolist() == [5, 6, 8] and batch.plan.positions_R.tolist() == [0, 1, 0]
+    assert batch.score_rows_M.tolist() == [0, 1, 2] and batch.targets_M.tolist() == [6, 7, 9]
     with pytest.raises(ValueError, match="at least 2 tokens"):
         pack([TokenizedTrace([5], [1])])
     with pytest.raises(ValueError, match="a mask entry per token"):
         pack([TokenizedTrace([5, 6, 7], [0, 1])])
+
+
+def test_a_shared_prefix_is_stored_once_and_its_targets_counted_per_example():
+    batch = pack([TokenizedTrace([5, 6, 7, 8], [0, 1, 1, 1]), TokenizedTrace([5, 6, 9], [0, 1, 0])])
+    # inputs [5, 6, 7] and [5, 6]: the second is the first's prefix, so the row is [5, 6, 7]
+    assert batch.plan.input_ids_R.tolist() == [5, 6, 7] and batch.plan.positions_R.tolist() == [0, 1, 2]
+    # targets 6 (row 0) of both examples, 7 (row 1) and 8 (row 2) of the first; 9 is not trained on
+    assert sorted(zip(batch.score_rows_M.tolist(), batch.targets_M.tolist(), strict=True)) == [
+        (0, 6),
+        (0, 6),
+        (1, 7),
+        (2, 8),
+    ]

@@ -24,7 +24,8 @@ and the context nudges the input trajectories carry.
 ``micro_batches(token_budget, layout)`` bins the rows by first-fit decreasing: rows sorted by length (longest
 first, ties by index) each go into the first micro-batch whose cost stays within the budget, else open a new one.
 The cost is the tokens the forward computes: Σ len for the packed layout, rows × longest for the padded one. A
-row longer than the budget gets a micro-batch of its own.
+row longer than the budget gets a micro-batch of its own. The shared-prefix layout bins whole prefix groups (a GRPO
+group's rows share their prompt) by what they compute once shared (``shared_prefix_bins``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from trainer.algorithms import (
 )
 from trainer.algorithms.registry import Registry
 from trainer.local.logprobs import Layout
+from trainer.local.prefix_sharing import PrefixGroup, prefix_groups, shared_cost
 
 
 class EmptyBatchError(ValueError):
@@ -185,8 +187,12 @@ class TrainBatch:
         return int(self.lengths_B.sum())
 
     def micro_batches(self, token_budget: int, layout: Layout | str = Layout.PACKED) -> list[MicroBatch]:
-        """First-fit-decreasing bins of at most ``token_budget`` computed tokens each (see the module docstring)."""
-        bins = first_fit_decreasing(self.lengths_B.tolist(), token_budget, BIN_COSTS.get(layout))
+        """Bins of at most ``token_budget`` computed tokens each (see the module docstring)."""
+        if Layout(layout) is Layout.SHARED_PREFIX:  # its cost depends on the tokens, not only on the lengths
+            rows = [row[:length] for row, length in zip(self.tokens_BT.tolist(), self.lengths_B.tolist(), strict=True)]
+            bins = shared_prefix_bins(rows, token_budget)
+        else:
+            bins = first_fit_decreasing(self.lengths_B.tolist(), token_budget, BIN_COSTS.get(layout))
         return [MicroBatch(rows_S=torch.tensor(rows), length=int(self.lengths_B[rows].max())) for rows in bins]
 
 
@@ -223,6 +229,27 @@ def first_fit_decreasing(lengths: Sequence[int], budget: int, cost: BinCost = pa
         bins[target].append(index)
         bin_lengths[target].append(length)
     return bins
+
+
+def shared_prefix_bins(sequences: Sequence[Sequence[int]], budget: int) -> list[list[int]]:
+    """Indices of ``sequences`` in bins of at most ``budget`` computed tokens each, keeping prefix groups together.
+
+    Groups (``prefix_sharing.prefix_groups`` over all sequences) are the items: a group over the budget is cut into
+    runs of members that fit (each run pays the prefix again; a member over the budget sits alone), then the items go
+    into bins by first-fit decreasing on their shared cost (``first_fit_decreasing``).
+    """
+    lengths = [len(sequence) for sequence in sequences]
+    items: list[PrefixGroup] = []
+    for group in prefix_groups(sequences):
+        run: tuple[int, ...] = ()
+        for member in group.members:
+            if run and shared_cost(PrefixGroup((*run, member), group.shared), lengths) > budget:
+                items.append(PrefixGroup(run, group.shared))
+                run = ()
+            run += (member,)
+        items.append(PrefixGroup(run, group.shared))
+    bins = first_fit_decreasing([shared_cost(item, lengths) for item in items], budget)
+    return [[member for index in bin_ for member in items[index].members] for bin_ in bins]
 
 
 def _padded(rows: Sequence[Sequence[float]], width: int, dtype: torch.dtype) -> Tensor:

@@ -14,6 +14,7 @@ from trainer.algorithms.config import AlgorithmConfig
 class Layout(StrEnum):
     PACKED = "packed"
     PADDED = "padded"
+    SHARED_PREFIX = "shared_prefix"
 
 
 class LRSchedule(StrEnum):
@@ -52,7 +53,8 @@ class TrainerConfig(BaseModel):
     total_steps: int | None = Field(default=None, gt=0)
     """Optimizer steps of the whole run; required by the cosine schedule."""
     token_budget: int = Field(default=4096, gt=0)
-    """Most tokens one forward computes (packed: Σ len; padded: rows × longest)."""
+    """Most tokens one forward computes (shared_prefix: each shared prefix once plus the rest; packed: Σ len; padded:
+    rows × longest)."""
     seed: int = Field(default=0, ge=0, lt=2**63)
     """Seeds python, numpy and torch RNGs when the trainer is built."""
     retention: RetentionConfig | None = None
@@ -67,8 +69,9 @@ class TrainerConfig(BaseModel):
     """Clip the global gradient L2 norm to this."""
     min_lr_ratio: float = Field(default=0.0, ge=0, le=1)
     """Cosine floor m as a fraction of ``lr``."""
-    layout: Layout = Layout.PACKED
-    """Micro-batch layout: packed sequences (no padding compute) or padded rows."""
+    layout: Layout = Layout.SHARED_PREFIX
+    """Micro-batch layout: one packed row in which a group's shared prompt is computed once (``shared_prefix``),
+    packed sequences (no padding compute) or padded rows."""
 
     @field_validator("betas")
     @classmethod

@@ -13,7 +13,7 @@ On CUDA in half precision the whole packed row goes to one flash-attention kerne
 a few kernels per sequence and layer, which on a GPU costs more than the attention itself (measured on an H200, bf16,
 tiny model: packed ran at 0.68x padded with the loop).
 
-    with per_sequence_attention(model):
+    with packed_row_attention(model):
         logits = model(input_ids=ids_1N, position_ids=positions_1N, cu_seq_lens_q=bounds, use_cache=False).logits
 """
 
@@ -91,19 +91,20 @@ def sequence_bounds(lengths_S: Tensor) -> Tensor:
 
 
 @contextmanager
-def per_sequence_attention(model: PreTrainedModel) -> Iterator[None]:
-    """Run ``model``'s forwards inside under per-sequence SDPA, then restore its own attention implementation.
+def packed_row_attention(model: PreTrainedModel, implementation: str = PER_SEQUENCE_SDPA) -> Iterator[None]:
+    """Run ``model``'s forwards inside under a packed row's attention (``PER_SEQUENCE_SDPA`` or
+    ``prefix_sharing.SHARED_PREFIX_SDPA``), then restore its own attention implementation.
 
     Only the forward reads the implementation; the backward replays the recorded graph, so it may run after exit.
     """
     own = model.config._attn_implementation
     if own not in SDPA_EQUIVALENT:
         raise ValueError(
-            f"the packed layout runs per-sequence SDPA in place of the model's attention, which matches only "
+            f"the packed layouts run their own SDPA in place of the model's attention, which matches only "
             f"{sorted(SDPA_EQUIVALENT)}; the model uses {own!r}: use layout 'padded' or load the model with "
             f"attn_implementation='sdpa'"
         )
-    model.config._attn_implementation = PER_SEQUENCE_SDPA
+    model.config._attn_implementation = implementation
     try:
         yield
     finally:

@@ -28,7 +28,7 @@ from pathlib import Path
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from trainer.local.batch import first_fit_decreasing
+from trainer.local.batch import shared_prefix_bins
 from trainer.local.config import RetentionConfig
 from trainer.sft import masked_nll, pack
 from trainer.traces import TokenizedTrace
@@ -92,8 +92,8 @@ def step_sample(sources: Sequence[str], per_step: int, seed: int, step: int) -> 
 
 
 class RetentionLoss:
-    """γ · NLL_k of the module docstring, back-propagated in bins within the trainer's token budget (packed by
-    ``first_fit_decreasing``, as the RL micro-batches are)."""
+    """γ · NLL_k of the module docstring, back-propagated in bins within the trainer's token budget (prefix groups
+    kept together, ``batch.shared_prefix_bins``, as the shared-prefix RL micro-batches are)."""
 
     def __init__(self, config: RetentionConfig, seed: int) -> None:
         self.config, self.seed = config, seed
@@ -108,9 +108,9 @@ class RetentionLoss:
             return 0.0
         device = next(model.parameters()).device
         total = 0.0
-        for bin_ in first_fit_decreasing([len(example.tokens) for example in chosen], token_budget):
+        for bin_ in shared_prefix_bins([example.tokens[:-1] for example in chosen], token_budget):
             batch = pack([chosen[i] for i in bin_]).to(device)
-            chunk_tokens = int(batch.mask_N.sum())
+            chunk_tokens = len(batch.targets_M)
             if chunk_tokens == 0:
                 continue
             nll: Tensor = masked_nll(model, batch) * (chunk_tokens / trained)

@@ -176,8 +176,8 @@ class LocalTrainer:
         for micro in micro_batches:
             tick = time.perf_counter()
             tokens_SL, lengths_S = micro.take(batch.tokens_BT).to(device), batch.lengths_B[micro.rows_S].to(device)
-            stats = token_stats(self.model, tokens_SL, lengths_S, self.config.layout)
             mask_SL = micro.take(batch.loss_mask_BT).to(device)
+            stats = token_stats(self.model, tokens_SL, lengths_S, self.config.layout, score_SL=mask_SL)
             rollout_SL = micro.take(batch.rollout_logprobs_BT).to(device)
             loss, loss_metrics = policy_loss(
                 stats.logprobs_SL,

@@ -140,8 +140,9 @@ def _megatron(run: SkyRLRun) -> dict[str, Any]:
         "trainer.placement.colocate_all": False,
         "trainer.placement.policy_num_nodes": layout.train_nodes,
         "trainer.placement.policy_num_gpus_per_node": layout.gpus_per_node,
-        # Packed micro-batches (our packed layout); Megatron's context parallel needs them.
-        "trainer.remove_microbatch_padding": run.trainer.layout is Layout.PACKED or layout.context_parallel > 1,
+        # Packed micro-batches (our packed layout, and the nearest SkyRL has to our shared-prefix one); Megatron's
+        # context parallel needs them.
+        "trainer.remove_microbatch_padding": run.trainer.layout is not Layout.PADDED or layout.context_parallel > 1,
         # Our harness is text only: the vision tower of Qwen3.5 / 3.6 is never loaded, on either side.
         "trainer.policy.language_model_only": True,
     } | _prefixed(

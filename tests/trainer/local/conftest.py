@@ -1,7 +1,7 @@
 """Shared fixtures: a tiny Qwen3 policy (2 layers, hidden 64, head_dim 64, vocab 300) and a trajectory factory.
 
-``make_trajectories`` builds trajectories of given lengths (a prompt of ``prompt_len`` tokens, then sampled
-tokens under the loss mask) whose rollout log-probs μ are the given model's own, i.e. exactly on-policy.
+``make_trajectories`` builds trajectories of given lengths (a prompt of ``prompt_len`` tokens — one per group with
+``shared_prompts`` — then sampled tokens under the loss mask) whose rollout log-probs μ are the given model's own, i.e. exactly on-policy.
 """
 
 from __future__ import annotations
@@ -51,13 +51,17 @@ def make_trajectories(policy) -> MakeTrajectories:
         stop_reasons: Sequence[StopReason] | None = None,
         seed: int = 0,
         model: Qwen3ForCausalLM | None = None,
+        shared_prompts: bool = False,
     ) -> list[Trajectory]:
         scorer = policy[0] if model is None else model
         generator = torch.Generator().manual_seed(seed)
         vocab = scorer.config.vocab_size
         out = []
+        prompts: dict[str, torch.Tensor] = {}
         for i, (length, group_id, reward) in enumerate(zip(lengths, group_ids, rewards, strict=True)):
             tokens = torch.randint(2, vocab, (length,), generator=generator)
+            if shared_prompts:  # a group's samples continue one prompt, as GRPO's do
+                tokens[:prompt_len] = prompts.setdefault(group_id, tokens[:prompt_len].clone())[: len(tokens)]
             with torch.no_grad():
                 logprobs = token_stats(scorer, tokens[None], torch.tensor([length])).logprobs_SL[0]
             mask = [int(t >= prompt_len) for t in range(length)]

@@ -32,7 +32,8 @@ def step_result(model, batch, **config):
 @pytest.mark.parametrize("policy_loss", [PolicyLoss.DPPO_BINARY_TV, PolicyLoss.GLM5, PolicyLoss.PPO_CLIP])
 def test_step_is_invariant_to_the_micro_batch_split(model, make_trajectories, policy_loss):
     algorithm = AlgorithmConfig(policy_loss=policy_loss)
-    batch = TrainBatch.from_trajectories(make_trajectories(LENGTHS, GROUPS, REWARDS), algorithm)
+    trajectories = make_trajectories(LENGTHS, GROUPS, REWARDS, prompt_len=6, shared_prompts=True)
+    batch = TrainBatch.from_trajectories(trajectories, algorithm)
     whole, whole_grads = step_result(model, batch, algorithm=algorithm, token_budget=10**6)
     assert whole.micro_batches == 1
     # on-policy (μ = π), r = 1 for every loss here, so the loss is −Σ w·A (PPO clip and GLM-5: −Σ w·A·log π·r
@@ -41,7 +42,8 @@ def test_step_is_invariant_to_the_micro_batch_split(model, make_trajectories, po
     factor_BT = logprobs_BT if policy_loss == PolicyLoss.GLM5 else torch.ones_like(logprobs_BT)
     expected = -(batch.weights_BT * batch.advantages_BT * factor_BT).sum().item()
     assert whole.loss == pytest.approx(expected, abs=1e-5)
-    for budget, layout in ((64, Layout.PACKED), (256, Layout.PACKED), (128, Layout.PADDED)):
+    splits = ((64, Layout.PACKED), (256, Layout.PACKED), (128, Layout.PADDED), (64, Layout.SHARED_PREFIX))
+    for budget, layout in splits:
         split, grads = step_result(model, batch, algorithm=algorithm, token_budget=budget, layout=layout)
         assert split.micro_batches > 1
         assert split.loss == pytest.approx(whole.loss, rel=1e-5, abs=1e-7)
