@@ -1,7 +1,8 @@
 """Shared fixtures: a tiny Qwen3 policy (2 layers, hidden 64, head_dim 64, vocab 300) and a trajectory factory.
 
 ``make_trajectories`` builds trajectories of given lengths (a prompt of ``prompt_len`` tokens — one per group with
-``shared_prompts`` — then sampled tokens under the loss mask) whose rollout log-probs μ are the given model's own, i.e. exactly on-policy.
+``shared_prompts`` — then sampled tokens under the loss mask) whose rollout log-probs μ are the given model's own,
+i.e. exactly on-policy.
 """
 
 from __future__ import annotations
