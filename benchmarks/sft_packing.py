@@ -63,8 +63,9 @@ def main() -> None:
     parser.add_argument("--profile", default="local")
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the bootstrap uses them all)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
 
     profile = load_profile(args.profile)
     spec = profile.policy.bootstrap
