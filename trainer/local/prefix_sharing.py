@@ -18,7 +18,7 @@ shares the minimum of its neighbours' common prefixes; a dynamic programme over 
 save the most tokens, Σ_groups (k_g − 1) · p_g (one level of sharing: a group's members share one prefix).
 
     plan = SharedPrefixPlan.of(sequences)
-    with packed_attention(model, SHARED_PREFIX_SDPA):
+    with packed_row_attention(model, SHARED_PREFIX_SDPA):
         hidden_RH = model.model(input_ids=plan.input_ids_R[None], position_ids=plan.positions_R[None],
                                 shared_prefix_plan=plan, use_cache=False).last_hidden_state[0]
     hidden of sequence s, token t: hidden_RH[plan.rows[s][t]]
