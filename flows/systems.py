@@ -34,9 +34,12 @@ from tasks.validation import Suite
 from trainer.loops import AsyncLoopConfig
 from trainer.sizing import LocalPlan
 
-PERTURBED_WEIGHT_NOISE = 0.05
-"""The ``perturbed_engine_weights`` defect's noise, relative to each tensor's std: small enough that the engine still
-writes tool calls, large enough that its logprobs leave the 0.03 mismatch bar."""
+PERTURBED_WEIGHT_NOISE = 0.2
+"""The ``perturbed_engine_weights`` defect's noise, relative to each tensor's rms: the engine still writes tool calls
+(the smoke trial's reward 0.09), and its logprobs leave the 0.03 mismatch bar by a wide margin on the few trajectories
+a smoke trial measures. 0.05 was too close: on the smoke trial's 4 trajectories of a confident base it measured 0.083
+with one smoke base and 0.0077 with the next (bootstrap-v7), so the defect passed the gate; 0.1 measured 0.117 and
+0.2 measures 0.233 on that base (2026-12-04)."""
 
 
 @flow(name="systems", log_prints=True)
