@@ -253,7 +253,7 @@ def report(best: dict[str, dict[str, float]], reference: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, default=None, help="policy folder (default: see the module docstring)")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes per mix; the best counts")
     parser.add_argument("--long-tokens", type=int, default=512, help="single: tokens sampled")
     parser.add_argument("--requests", type=int, default=64, help="mixed: concurrent requests")
     parser.add_argument("--rollouts", type=int, default=16, help="turns: concurrent rollouts")
