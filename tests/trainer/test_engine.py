@@ -394,6 +394,10 @@ def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):
         pool.k[:, 2] = 7.0
     assert pool.release(0) == 2 and torch.all(pool.k[:, 0] == 7.0)  # slot 2's sequence now lives in slot 0
     assert pool.release(1) is None and pool.n_free == 2 and pool.allocate() == 1
+    with torch.inference_mode():
+        pool.k[:, 1] = 5.0
+    assert pool.release(0, moved_length=3) == 1  # only the moved sequence's 3 live positions are copied
+    assert torch.all(pool.k[:, 0, :, :3] == 5.0) and torch.all(pool.k[:, 0, :, 3] == 7.0)
 
 
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"])

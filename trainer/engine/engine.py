@@ -125,6 +125,7 @@ class _Sequence:
     max_tokens: int
     generator: torch.Generator
     on_done: Callable[[Completion | BaseException], None]
+    stop_ids: frozenset[int]  # the tokens that end this request: its stop_token_ids, and EOS unless ignored
     slot: int | None = None
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -269,7 +270,8 @@ class Engine:
         if params.stop and self.tokenizer is None:
             raise EngineRequestError("stop strings need an engine built with a tokenizer; use stop_token_ids")
         seed = params.seed if params.seed is not None else secrets.randbits(63)
-        return _Sequence(ids, params, max_tokens, torch.Generator().manual_seed(seed), on_done)
+        stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_token_ids)
+        return _Sequence(ids, params, max_tokens, torch.Generator().manual_seed(seed), on_done, stop_ids)
 
     def _check_state_dict(self, state: Mapping[str, Tensor]) -> None:
         own = self._model.state_dict()
@@ -433,22 +435,19 @@ class Engine:
             [s.next_uniform() if p.temperature > 0.0 else 0.0 for s, p in zip(seqs, params, strict=True)],
             max(p.logprobs for p in params),
         )
-        for b, seq in enumerate(seqs):
-            token, k = out.tokens_B[b], seq.params.logprobs
+        rows = zip(seqs, out.tokens_B, out.logprobs_B, out.top_ids_BK, out.top_values_BK, strict=True)
+        for seq, token, logprob, top_ids, top_values in rows:
             if not seq.token_ids:
                 seq.version_start = self._version
             seq.token_ids.append(token)
-            seq.logprobs.append(out.logprobs_B[b])
-            seq.top_logprobs.append(
-                dict(zip(out.top_ids_BK[b][:k], out.top_values_BK[b][:k], strict=True)) if k else {}
-            )
+            seq.logprobs.append(logprob)
+            k = seq.params.logprobs
+            seq.top_logprobs.append(dict(zip(top_ids[:k], top_values[:k], strict=True)) if k else {})
             self._check_finished(seq, token)
 
     def _check_finished(self, seq: _Sequence, token: int) -> None:
-        if token in seq.params.stop_token_ids:
-            self._finish(seq, FinishReason.stop, stop_reason=token)
-        elif token in self.eos_token_ids and not seq.params.ignore_eos:
-            self._finish(seq, FinishReason.stop)
+        if token in seq.stop_ids:  # a stop token is reported as the stop reason, EOS is not (as vLLM)
+            self._finish(seq, FinishReason.stop, stop_reason=token if token in seq.params.stop_token_ids else None)
         elif (hit := self._stop_string_hit(seq)) is not None:
             self._finish(seq, FinishReason.stop, stop_reason=hit)
         elif len(seq.token_ids) >= seq.max_tokens:
@@ -469,9 +468,11 @@ class Engine:
             if self._prefix_cache is not None and not isinstance(outcome, BaseException):
                 # Keys/values exist for every token fed to the model: the prompt and all sampled tokens but the last.
                 self._prefix_cache.park(seq.slot, seq.prompt + seq.token_ids[:-1])
-            # The last running request moves into the freed slot, keeping slots 0 .. n-1 aligned with `_running`.
-            moved = self._pool.release(seq.slot)
-            last = self._running.pop()
+            # The last running request moves into the freed slot, keeping slots 0 .. n-1 aligned with `_running`;
+            # its keys/values cover at most its prompt and sampled tokens.
+            last = self._running[-1]
+            moved = self._pool.release(seq.slot, len(last.prompt) + len(last.token_ids))
+            self._running.pop()
             if moved is not None:
                 self._running[seq.slot] = last
                 last.slot = seq.slot

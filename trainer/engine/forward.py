@@ -109,7 +109,7 @@ class ModelWeights:
         scaling = float(rotary.attention_scaling)
         sin_PD = (emb_PD.sin() * scaling).to(dtype)
         half = sin_PD.shape[-1] // 2
-        return cls(
+        weights = cls(
             embed=model.model.embed_tokens.weight.detach(),
             layers=layers,
             final_norm=model.model.norm.weight.detach(),
@@ -123,6 +123,11 @@ class ModelWeights:
             head_dim=cfg.head_dim,
             intermediate=cfg.intermediate_size,
         )
+        for tensor in (weights.embed, weights.final_norm, weights.lm_head, *vars(layers).values()):
+            torch._dynamo.mark_static(tensor)
+        for table in (weights.cos_PD, weights.signed_sin_PD):
+            torch._dynamo.mark_static(table, 1)  # head_dim; the length (max_len) may differ between engines
+        return weights
 
 
 class KVPool:
@@ -137,10 +142,17 @@ class KVPool:
     @torch.inference_mode()  # inference tensors from the start, like `ensure_capacity`'s (a compiled step guards on it)
     def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256, n_parked: int = 0) -> None:
         shape = (weights.n_layers, n_slots + n_parked, weights.n_kv_heads, initial_capacity, weights.head_dim)
-        self.k = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
-        self.v = torch.zeros_like(self.k)
+        self._set_caches(torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device))
         self.n_slots = n_slots
         self.n_used = 0
+
+    def _set_caches(self, k: Tensor, v: Tensor | None = None) -> None:
+        """Hold `k` and `v` (default: zeros like `k`) as the caches; their layer, kv-head and head_dim sizes are the
+        model's and never change, which a compiled step may bake in (`ModelWeights.from_hf`), unlike slots and
+        capacity."""
+        self.k, self.v = k, torch.zeros_like(k) if v is None else v
+        for cache in (self.k, self.v):
+            torch._dynamo.mark_static(cache, [0, 2, 4])
 
     @property
     def capacity(self) -> int:
@@ -162,16 +174,19 @@ class KVPool:
         return self.n_used - 1
 
     @torch.inference_mode()  # the cache holds inference tensors (written by `forward`)
-    def release(self, slot: int) -> int | None:
-        """Free `slot`; return the slot whose sequence now lives in `slot` instead (None if it was the last)."""
+    def release(self, slot: int, moved_length: int | None = None) -> int | None:
+        """Free `slot`; return the slot whose sequence now lives in `slot` instead (None if it was the last).
+        `moved_length`: how many leading positions of the last slot's sequence are live (default: the capacity),
+        so that only those are copied."""
         if not 0 <= slot < self.n_used:
             raise ValueError(f"slot {slot} is not in use (slots in use: 0..{self.n_used - 1})")
         self.n_used -= 1
         last = self.n_used
         if slot == last:
             return None
-        self.k[:, slot] = self.k[:, last]
-        self.v[:, slot] = self.v[:, last]
+        live = slice(0, moved_length)
+        self.k[:, slot, :, live] = self.k[:, last, :, live]
+        self.v[:, slot, :, live] = self.v[:, last, :, live]
         return last
 
     @torch.inference_mode()
@@ -185,7 +200,7 @@ class KVPool:
         grown_v = torch.zeros_like(grown_k)
         grown_k[:, :, :, : self.capacity] = self.k
         grown_v[:, :, :, : self.capacity] = self.v
-        self.k, self.v = grown_k, grown_v
+        self._set_caches(grown_k, grown_v)
 
     @torch.inference_mode()
     def reorder(self, order: Sequence[int], length: int) -> None:
