@@ -119,14 +119,15 @@ def usage(prompt_ids: list[int], completions: list[Completion]) -> dict[str, Any
     }
 
 
-def served_model(request: Request) -> ServedModel:
-    """The ``ServedModel`` of the app handling ``request`` (a FastAPI dependency)."""
+async def served_model(request: Request) -> ServedModel:
+    """The ``ServedModel`` of the app handling ``request`` (a FastAPI dependency; async, as FastAPI would run a plain
+    function in its thread pool: a thread hand-off per request)."""
     return request.app.state.served
 
 
 async def authorized(request: Request) -> None:
     """Refuse a control request without the served model's control token (none set: every request passes)."""
-    token = served_model(request).control_token
+    token = (await served_model(request)).control_token
     given = request.headers.get("authorization", "").encode()
     if token is not None and not secrets.compare_digest(given, f"Bearer {token}".encode()):
         raise ApiError(HTTPStatus.UNAUTHORIZED, "control routes need the header 'Authorization: Bearer <token>'")
