@@ -121,7 +121,8 @@ SERVER_TORCH_THREADS = 1
 """The servers' default torch intra-op threads. A tiny model's ops are too small to split: with 2 threads on 2 cores,
 each op waits for the slower one (and for the HTTP thread sharing the cores), and a descheduled core stalls them all.
 Medians of 5 interleaved passes, 2 cores (benchmarks/engine_vs_vllm.py mixes, 2026-12-03): single decode 311 vs 146
-tok/s (compiled 482 vs 361), 64 mixed requests 2088 vs 1580 (2740 vs 1409), 16 rollouts x 4 turns 1020 vs 1012."""
+tok/s (compiled 482 vs 361), 64 mixed requests 2088 vs 1580 (2740 vs 1409), 16 rollouts x 4 turns 1020 vs 1012; on the
+faster cores of 2026-12-04, 64 mixed requests compiled, best of 5: 12848-13532 vs 7444-7697 tok/s."""
 
 
 def main() -> None:
