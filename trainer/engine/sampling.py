@@ -85,6 +85,7 @@ def sample_batch(
         tokens_B = drawn_B if all(sampled) else torch.where(torch.tensor(sampled), drawn_B, tokens_B)
     logprobs_B = (shifted_BV.gather(-1, tokens_B[:, None]) - log_total_B1)[:, 0]
     if not top_k:
-        return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), [[] for _ in temperature_B], [[] for _ in u_B])
+        no_alternatives = [[] for _ in sampled]
+        return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), no_alternatives, no_alternatives)
     top_shifted, top_ids = shifted_BV.topk(top_k, dim=-1)  # the raw logprobs' order: they differ by a row constant
     return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), (top_shifted - log_total_B1).tolist(), top_ids.tolist())
