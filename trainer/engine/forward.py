@@ -379,7 +379,9 @@ def compiled_decode_step() -> DecodeStep:
     Inductor fuses the step's ~30 small element-wise ops per layer into a few C++ kernels and, with its C++ wrapper,
     calls them and the matmuls without Python in between — on a tiny model the step is per-op overhead, not FLOPs.
     Shapes are dynamic (batch, past length, cache capacity), so batch 1 and batch > 1 are the two compilations (a past
-    length of 1, from a one-token prompt, adds a third); weights are graph inputs, so new weights never recompile.
+    length of 1, from a one-token prompt, adds a third); weights are graph inputs, so new weights never recompile. The
+    model's own sizes (hidden, heads, head_dim, vocabulary) are static — `ModelWeights.from_hf` and `KVPool` mark them
+    — so inductor emits fixed-width loops for them (a batch-64 step 2.45 → 2.09 ms); another model shape compiles anew.
 
     Duck sizing is off while tracing: by default sizes that happen to be equal when a graph is traced (batch == KV
     slots, vocabulary == RoPE table length) become one symbol, and the graph recompiles (~10 s) the first time they
