@@ -142,15 +142,15 @@ class KVPool:
     @torch.inference_mode()  # inference tensors from the start, like `ensure_capacity`'s (a compiled step guards on it)
     def __init__(self, weights: ModelWeights, n_slots: int, initial_capacity: int = 256, n_parked: int = 0) -> None:
         shape = (weights.n_layers, n_slots + n_parked, weights.n_kv_heads, initial_capacity, weights.head_dim)
-        self._set_caches(torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device))
+        zeros = torch.zeros(shape, dtype=weights.embed.dtype, device=weights.embed.device)
+        self._set_caches(zeros, torch.zeros_like(zeros))
         self.n_slots = n_slots
         self.n_used = 0
 
-    def _set_caches(self, k: Tensor, v: Tensor | None = None) -> None:
-        """Hold `k` and `v` (default: zeros like `k`) as the caches; their layer, kv-head and head_dim sizes are the
-        model's and never change, which a compiled step may bake in (`ModelWeights.from_hf`), unlike slots and
-        capacity."""
-        self.k, self.v = k, torch.zeros_like(k) if v is None else v
+    def _set_caches(self, k: Tensor, v: Tensor) -> None:
+        """Hold `k` and `v` as the caches; their layer, kv-head and head_dim sizes are the model's and never change,
+        which a compiled step may bake in (`ModelWeights.from_hf`), unlike slots and capacity."""
+        self.k, self.v = k, v
         for cache in (self.k, self.v):
             torch._dynamo.mark_static(cache, [0, 2, 4])
 

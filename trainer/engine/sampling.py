@@ -66,26 +66,38 @@ def sample_batch(
     own exponentials, so the common RL case costs one exp over the vocabulary, not three."""
     logits_BV = logits_BV.float()
     sampled = [t > 0.0 for t in temperature_B]
-    if all(sampled):  # every row is drawn below; argmax would cost 10x the amax (torch 2.13, CPU)
-        max_B1, tokens_B = logits_BV.amax(-1, keepdim=True), torch.empty(len(sampled), dtype=torch.int64)
+    if all(sampled):  # no greedy row: skip argmax, which costs 10x an amax (torch 2.13, CPU)
+        max_B1, greedy_B = logits_BV.amax(-1, keepdim=True), None
     else:
         max_B1, best_B1 = logits_BV.max(-1, keepdim=True)  # the first best index, as argmax
-        tokens_B = best_B1[:, 0]
+        greedy_B = best_B1[:, 0]
     shifted_BV = logits_BV - max_B1
     exp_BV = shifted_BV.exp()
     log_total_B1 = exp_BV.sum(-1, keepdim=True).log()
-    if any(sampled):
-        weights_BV = exp_BV
-        if any(t != 1.0 for t, s in zip(temperature_B, sampled, strict=True) if s):
-            temps_B1 = torch.tensor(temperature_B).clamp_min(torch.finfo(torch.float32).tiny)[:, None]
-            weights_BV = (shifted_BV / temps_B1).exp()
-        if min(top_p_B) < 1.0:
-            weights_BV = top_p_filter(weights_BV / weights_BV.sum(-1, keepdim=True), torch.tensor(top_p_B)[:, None])
-        drawn_B = inverse_cdf_sample(weights_BV, torch.tensor(u_B))
-        tokens_B = drawn_B if all(sampled) else torch.where(torch.tensor(sampled), drawn_B, tokens_B)
+    if greedy_B is None:
+        tokens_B = _draw(shifted_BV, exp_BV, temperature_B, top_p_B, u_B)
+    elif any(sampled):
+        drawn_B = _draw(shifted_BV, exp_BV, temperature_B, top_p_B, u_B)
+        tokens_B = torch.where(torch.tensor(sampled), drawn_B, greedy_B)
+    else:
+        tokens_B = greedy_B
     logprobs_B = (shifted_BV.gather(-1, tokens_B[:, None]) - log_total_B1)[:, 0]
     if not top_k:
         no_alternatives = [[] for _ in sampled]
         return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), no_alternatives, no_alternatives)
     top_shifted, top_ids = shifted_BV.topk(top_k, dim=-1)  # the raw logprobs' order: they differ by a row constant
     return BatchSample(tokens_B.tolist(), logprobs_B.tolist(), (top_shifted - log_total_B1).tolist(), top_ids.tolist())
+
+
+def _draw(
+    shifted_BV: Tensor, exp_BV: Tensor, temperature_B: list[float], top_p_B: list[float], u_B: list[float]
+) -> Tensor:
+    """Every row's inverse-CDF draw (greedy rows' are discarded by the caller): weights exp(shifted / temperature),
+    which at temperature 1 are `exp_BV` itself, then the top-p filter where any row asks for one."""
+    weights_BV = exp_BV
+    if any(t != 1.0 for t in temperature_B if t > 0.0):
+        temps_B1 = torch.tensor(temperature_B).clamp_min(torch.finfo(torch.float32).tiny)[:, None]
+        weights_BV = (shifted_BV / temps_B1).exp()
+    if min(top_p_B) < 1.0:
+        weights_BV = top_p_filter(weights_BV / weights_BV.sum(-1, keepdim=True), torch.tensor(top_p_B)[:, None])
+    return inverse_cdf_sample(weights_BV, torch.tensor(u_B))
