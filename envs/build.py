@@ -10,11 +10,11 @@ Layout of one build (``build_environment(out)``)::
 Runs share builds, never a mutable folder: ``environment_build(root, seed, worlds_per_domain)`` gives the build for
 those inputs under a data root, ``root/env-<key>/`` with ``key`` a digest of every input (``build_key``). It is built
 once, in a private staging folder, and published by one rename under a lock (``root/.lock``), so two runs that want
-it at once build it once; a build that exists is checked against its manifest's content digest before it is reused
-(a damaged one is moved aside, not rebuilt in place under a reader). A root given as a build itself (``recipe envs
-generate --out DIR``, a test's folder) is used as it is when it holds a matching, intact build. Nothing is written
-into a folder rl-recipe did not make (``envs.files.claim_folder``): a user's folder named as the data root, or as
-``--out``, is refused with one line.
+it at once build it once (the staging folders a killed build left are swept under that lock); a build that exists is
+checked against its manifest's content digest before it is reused (a damaged one is moved aside, not rebuilt in place
+under a reader). A root given as a build itself (``recipe envs generate --out DIR``, a test's folder) is used as it
+is when it holds a matching, intact build. Nothing is written into a folder rl-recipe did not make
+(``envs.files.claim_folder``): a user's folder named as the data root, or as ``--out``, is refused with one line.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ BUILD_VERSION = "env-v1"
 """Part of every build's key: bump it when a generator's output changes."""
 MARKER = ".rl-recipe-data"
 LOCK_TIMEOUT_S = 3600.0
+
+
+class EnvironmentBuildError(RecipeError, OSError):
+    """The environment cannot be written where asked (a path that cannot be a folder, no permission, no space)."""
 
 
 class NoTaskSetError(RecipeError, FileNotFoundError):
@@ -76,8 +80,19 @@ def build_environment(
     """Generate all worlds and tasks into ``out`` (a new or empty folder, or one rl-recipe made: ``claim_folder``),
     swapped in whole; return the manifest. Worlds past the third of each domain are train worlds: more of them, more
     varied tasks to train on."""
-    claim_folder(out, MARKER, ours=load_manifest(out) is not None)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
+    out = Path(os.path.abspath(out))  # `.` has no name to stage beside; its absolute form does
+    if Path.cwd().is_relative_to(out):
+        raise EnvironmentBuildError(
+            f"{out} is the folder you are in: it is replaced whole when built, which would leave your shell in a "
+            "deleted folder; pass a new folder inside it (--out data) or run from another folder"
+        )
+    try:
+        claim_folder(out, MARKER, ours=load_manifest(out) is not None)
+        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.building-"))
+    except RecipeError:
+        raise
+    except OSError as error:
+        raise EnvironmentBuildError(f"cannot build the environment in {out}: {error.strerror or error}") from None
     try:
         manifest = _generate(staging, seed, worlds_per_domain)
         # Swap the finished folder in whole: a crash mid-generation never leaves a half-written data folder.
@@ -141,6 +156,9 @@ def environment_build(root: Path, seed: int = 0, worlds_per_domain: int = DEFAUL
     claim_folder(root, MARKER, ours=load_manifest(root) is not None)
     target = root / f"env-{build_key(seed, worlds_per_domain)}"
     with file_lock(root / ".lock", LOCK_TIMEOUT_S):
+        # Under the root's lock nobody else builds here: a staging folder left beside the builds is a killed build's.
+        for stale in root.glob(".env-*.building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         if intact(target, seed, worlds_per_domain):
             return target
         if target.exists():  # damaged: moved aside whole (a reader may hold it), never rewritten in place

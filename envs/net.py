@@ -32,11 +32,17 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port nothing listens on right now (the OS picks it; a race with another process is possible)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def free_port(host: str = LOOPBACK, within: tuple[int, int] | None = None) -> int:
+    """A TCP port nothing listens on right now: the OS's pick, or the first free one in ``within`` (both ends
+    included). A race with another process is possible."""
+    for port in range(within[0], within[1] + 1) if within else (0,):
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    raise OSError(f"no free port on {host} in {within[0]}-{within[1]}" if within else f"no free port on {host}")
 
 
 @contextmanager

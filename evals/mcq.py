@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.errors import RecipeError
 from envs.jsonio import JsonError, json_lines, parse_json
 from envs.openai_http import ApiClient, ApiError, first_choice
+from envs.tokens import bearer_keys
 from evals.seeds import trial_seed
 from evals.stats import estimate
 from evals.types import Estimate, TrialResult
@@ -237,12 +238,14 @@ class McqConfig:
     """Requests in flight at once."""
     seed: int = 0
     timeout_s: float = 120.0
+    api_key_file: Path | None = None
+    """A file holding the engine's bearer token (a run's gated engines)."""
 
 
 async def _ask_all(rows: Sequence[McqRow], config: McqConfig) -> list[McqAnswer]:
     route = _ROUTES[config.api]
     gate = asyncio.Semaphore(config.concurrency)
-    async with ApiClient(config.engine_url, config.timeout_s) as api:
+    async with ApiClient(config.engine_url, config.timeout_s, keys=bearer_keys(config.api_key_file)) as api:
 
         async def ask(row: McqRow, pass_index: int) -> McqAnswer:
             body = route.body(format_prompt(row)) | {

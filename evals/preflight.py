@@ -5,12 +5,14 @@ task's first prompt fits the context budget, and tasks with ``llm_judge`` criter
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from envs.harness.agent import EnvsForTask
 from envs.harness.chat import initial_messages, prompt_ids
+from envs.tokens import bearer_keys
 from envs.types import LlmJudge, TaskSpec
 from evals.errors import EvalConfigError
 from evals.resolved_harness import ResolvedHarness
@@ -19,12 +21,16 @@ from evals.spec import EngineSpec, EvalSpec
 MODELS_TIMEOUT_S = 30.0
 
 
-def served_models(base_url: str, timeout_s: float = MODELS_TIMEOUT_S) -> dict[str, dict[str, Any]]:
-    """The engine's model cards by id (``GET /v1/models``); an unreachable engine or a bad reply is an
-    ``EvalConfigError``."""
+def served_models(
+    base_url: str, timeout_s: float = MODELS_TIMEOUT_S, api_key_file: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    """The engine's model cards by id (``GET /v1/models``, with the token in ``api_key_file`` when given); an
+    unreachable engine or a bad reply is an ``EvalConfigError``."""
     url = f"{base_url.rstrip('/')}/v1/models"
+    keys = bearer_keys(api_key_file)
+    headers = {"Authorization": f"Bearer {keys[0].get_secret_value()}"} if keys else {}
     try:
-        response = httpx.get(url, timeout=timeout_s)
+        response = httpx.get(url, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as error:
         raise EvalConfigError(
             f"cannot reach the engine at {base_url} ({type(error).__name__}: {error}); start one "
@@ -56,7 +62,7 @@ def check_judge(spec: EvalSpec, tasks: list[TaskSpec]) -> None:
 
 def check_engine(spec: EvalSpec, harness: ResolvedHarness) -> None:
     """The engine serves ``spec.engine.model``, and the context budget fits its card's ``max_model_len``."""
-    cards = served_models(spec.engine.base_url, min(spec.engine.timeout_s, MODELS_TIMEOUT_S))
+    cards = served_models(spec.engine.base_url, min(spec.engine.timeout_s, MODELS_TIMEOUT_S), spec.engine.api_key_file)
     model = spec.engine.model
     if model not in cards:
         served = sorted(cards)

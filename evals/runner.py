@@ -40,6 +40,7 @@ from typing import Any
 
 from envs.harness.agent import AgentSetup, EnvsForTask, run_group
 from envs.harness.engine_client import CompletionsClient, EngineRejected
+from envs.tokens import bearer_keys
 from envs.types import ErrorClass, TaskSpec, Trajectory
 from evals.errors import EvalConfigError
 from evals.harnesses import HARNESSES
@@ -121,7 +122,12 @@ async def _run_trials(plan: EvalPlan, tokenizer: Any, on_record: Callable[[Trial
         envs_for = await HARNESSES[spec.harness](spec, plan.harness.settings.apps, plan.tasks, stack)
         await check_first_prompt(plan.todo[0][0], envs_for, tokenizer, plan.harness)
         engine = await stack.enter_async_context(
-            CompletionsClient(spec.engine.base_url, spec.engine.model, timeout_s=spec.engine.timeout_s)
+            CompletionsClient(
+                spec.engine.base_url,
+                spec.engine.model,
+                timeout_s=spec.engine.timeout_s,
+                keys=bearer_keys(spec.engine.api_key_file),
+            )
         )
         agent = AgentSetup(engine, tokenizer, plan.harness.settings.harness, spec.harness.value)
         trials = _Trials(plan, envs_for, agent)

@@ -42,6 +42,7 @@ class EngineSpec(_Spec):
     model: str = Field(min_length=1)
     tokenizer: str | None = Field(None, description="tokenizer folder or hub id; default: the model name")
     timeout_s: float = Field(600.0, gt=0.0)
+    api_key_file: Path | None = Field(None, description="a file holding the engine's bearer token (a run's engines)")
 
 
 SEEDING = "per-task-pass"

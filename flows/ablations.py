@@ -33,6 +33,7 @@ from typing import Any
 
 from prefect import flow
 
+from envs.diskspace import no_space
 from envs.files import atomic_write_json
 from envs.types import TaskSpec
 from evals.compare import paired_comparison
@@ -65,6 +66,8 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                 with stage.timed(f"arm_{arm_name}"):
                     evals[arm_name], activities[arm_name], losses[arm_name] = _run_arm(stage, setup, tasks, arm_name)
             except Exception as error:  # one arm's failure is a finding of this stage, not the end of the others
+                if no_space(error) is not None:
+                    raise  # a full disk is no arm's finding: every later arm would fail alike
                 errors[arm_name] = f"{type(error).__name__}: {error}"
                 log("arm %s failed: %s", arm_name, errors[arm_name])
         stage.validate(Suite.EVAL_RESULTS)

@@ -194,6 +194,9 @@ class VllmSection(_Section):
 class EngineSection(_Section):
     url: str | None = None
     """Base URL of a vLLM-compatible engine (backend openai)."""
+    api_key_file: Path | None = None
+    """A file holding that engine's bearer token (backend openai; an engine behind ``trainer.vllm.gate`` wants it on
+    every route). The token itself never goes into a profile."""
     served_model_name: str | None = None
     """The model name the engine serves (backend openai; backend vllm: default ``policy``); the local engine serves
     the policy folder's name."""
@@ -285,10 +288,22 @@ class LocalNodeSection(_Section):
     resources: Resources = Field(default_factory=dict)
 
 
+class ClusterIsolation(StrEnum):
+    NETNS = "netns"
+    """The nodes in a network namespace of their own, mirrored onto this machine's loopback only (needs root)."""
+    NONE = "none"
+    """The nodes on this machine's network: Ray's ports answer other machines, guarded by its token only."""
+
+
 class LocalClusterSection(_Section):
     """A one-machine Ray cluster ``recipe cluster up`` starts (a head and these workers as separate ``ray start``
-    processes); its dashboard listens on ``cluster.ray_address``'s port."""
+    processes); its dashboard listens on ``cluster.ray_address``'s port, with Ray's token authentication on."""
 
+    isolation: ClusterIsolation = ClusterIsolation.NETNS
+    """Where its nodes listen (``trainer.cluster.local_cluster``): Ray binds every interface whatever it is told."""
+    engine_ports: tuple[int, int] = (18000, 18063)
+    """The ports (both ends included) the run's engines take on it: with ``netns`` the only ones besides the
+    dashboard that this machine reaches."""
     gcs_port: int = Field(6380, gt=0, lt=65536)
     head: LocalNodeSection = LocalNodeSection()
     workers: tuple[LocalNodeSection, ...] = ()
@@ -300,6 +315,14 @@ class ClusterSection(_Section):
 
     ray_address: str | None = None
     """The cluster's Ray dashboard (the Jobs API), ``http://HEAD:8265``; ``--set cluster.ray_address=...``."""
+    auth_token_file: Path | None = None
+    """The cluster's Ray token (its nodes run with ``RAY_AUTH_MODE=token``); None: ``.cluster/<profile>/auth_token``
+    for a cluster ``recipe cluster up`` starts, else Ray's own places ($RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH,
+    ~/.ray/auth_token)."""
+    trusted_network: str | None = None
+    """The network (CIDR, e.g. ``10.0.0.0/16``) a cluster beyond this machine listens on and trusts: its nodes, and
+    the engines' gates on their addresses. Required with a ``ray_address`` off loopback: Ray listens on every
+    interface, so a profile says which network may reach it (a firewall keeps the rest out; the tokens stay on)."""
     storage: Path | None = None
     """A path the flow's machine and every node read and write (checkpoints, job specs, shards, staged weights);
     None: the run folder itself, right for a cluster on this one machine."""
@@ -336,6 +359,31 @@ class ClusterSection(_Section):
     hf_config: Path | None = None
     """The policy's Hugging Face ``config.json`` (architecture only) that ``recipe plan`` sizes; a relative path is
     taken from the working directory, else from the repository root."""
+
+    @field_validator("trusted_network")
+    @classmethod
+    def _a_network(cls, value: str | None) -> str | None:
+        if value is not None:
+            import ipaddress
+
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"{value!r} is not a network in CIDR form (e.g. 10.0.0.0/16)") from None
+        return value
+
+    @model_validator(mode="after")
+    def _a_networked_cluster_names_its_network(self) -> ClusterSection:
+        from envs.net import is_loopback
+
+        host = urlsplit(self.ray_address).hostname if self.ray_address else None
+        if host and not is_loopback(host) and self.trusted_network is None:
+            raise ValueError(
+                f"cluster.ray_address {self.ray_address} is off this machine: name the network the cluster listens on "
+                "and trusts (cluster.trusted_network, e.g. 10.0.0.0/16). Ray and the engines' gates listen on every "
+                "interface of a node, so keep the rest out with a firewall; their tokens stay on"
+            )
+        return self
 
 
 # --- stages ----------------------------------------------------------------------------------------------------------

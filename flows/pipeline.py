@@ -37,6 +37,7 @@ from flows.tito import tito
 from flows.transfer import transfer
 from tasks.artifacts import log, publish_table
 from tasks.concurrency import ensure_gpu_limit
+from tasks.run_lock import claim, release
 from tasks.run_store import RunStore, StageManifest, StageStatus, now
 
 StageChoice = Literal[tuple(stage.value for stage in StageName)]  # type: ignore[valid-type]
@@ -57,11 +58,13 @@ def open_pipeline_run(
     profile: str | None, resume: str | None, overrides: list[str], runs_root: Path, run_id: str | None = None
 ) -> tuple[RunStore, RecipeConfig]:
     """A new run folder for ``profile``, or the run ``resume`` (or ``run_id``, when it exists) with any config
-    change recorded. The config is validated before anything is written."""
+    change recorded, claimed by this process (``tasks.run_lock``: another process working on it is refused in one
+    line; ``release`` it when done). The config is validated before anything is written."""
     if resume is None and run_id is not None and RunStore.exists(runs_root, run_id):
         resume = run_id
     if resume is not None:
         store = RunStore.open(runs_root, resume)
+        claim(store.root, "recipe run --resume")
         stored = store.info().config
         if profile is not None:
             config = load_profile(profile, overrides)
@@ -73,6 +76,7 @@ def open_pipeline_run(
         return store, config
     config = load_profile(profile or "local", overrides)
     store = RunStore.create(runs_root, config.profile, config.model_dump(mode="json"), config.digest(), run_id)
+    claim(store.root, "recipe run")
     return store, config
 
 
@@ -129,12 +133,15 @@ def pipeline(
     )
     root = str(store.root)
     log("run %s (%s) in %s", store.run_id, config.profile, root)
-    preflight(config)
-    ensure_gpu_limit()
     try:
-        return _run_stages(store, config, runs_root, stop_after)
+        preflight(config)
+        ensure_gpu_limit()
+        try:
+            return _run_stages(store, config, runs_root, stop_after)
+        finally:
+            stop_engines(config, store)  # the run's vLLM engines (backend vllm), wherever they run
     finally:
-        stop_engines(config, store)  # the run's vLLM engines (backend vllm), wherever they run
+        release(store.root)
 
 
 def _run_stages(store: RunStore, config: RecipeConfig, runs_root: str, stop_after: str) -> dict[str, Any] | State:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flows.config import EngineBackend, PolicySource, RecipeConfig, TrainerBackend
-from flows.preflight import PlacementError, needs_cluster, no_address, repo_path
+from flows.preflight import PlacementError, cluster_token_file, needs_cluster, no_address, repo_path
 from tasks.cluster import ClusterTarget, JobLedger, RayJobRunner
 from tasks.fleet import VllmFleet, stop_fleet
 from tasks.run_store import RunStore
@@ -47,6 +47,7 @@ def cluster_target(config: RecipeConfig, store: RunStore) -> ClusterTarget | Non
         trainer_resources=dict(cluster.trainer_resources),
         job_timeout_s=cluster.job_timeout_s,
         max_job_attempts=cluster.max_job_attempts,
+        token_file=cluster_token_file(config),
     )
 
 
@@ -67,6 +68,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
         device=vllm.device,
         python=repo_path(vllm.python),
         host=vllm.host,
+        ports=cluster.local.engine_ports if cluster and cluster.local else None,
         kv_cache_gib=vllm.kv_cache_gib,
         gpu_memory_utilization=cluster.gpu_memory_utilization if cluster else 0.85,
         seed=config.seed,
@@ -74,6 +76,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
         start_timeout_s=vllm.start_timeout_s,
         state_file=root / "engines.json",
         logs_dir=root / "logs",
+        token_file=root / "token",
     )
 
 

@@ -34,6 +34,17 @@ def repo_path(value: str) -> str:
     return str(REPO_ROOT / path)  # not resolved: a venv's interpreter is a symlink that must stay the venv's
 
 
+def cluster_token_file(config: RecipeConfig) -> Path | None:
+    """The Ray cluster's token file: the profile's ``cluster.auth_token_file``, the one ``recipe cluster up`` writes
+    for a cluster on this machine, or None (Ray's own places: ``trainer.cluster.jobs.ray_token``)."""
+    cluster = config.cluster
+    if cluster is None:
+        return None
+    if cluster.auth_token_file is not None:
+        return Path(repo_path(str(cluster.auth_token_file)))
+    return REPO_ROOT / ".cluster" / config.profile / "auth_token" if cluster.local is not None else None
+
+
 def needs_cluster(config: RecipeConfig) -> bool:
     """A training backend on the cluster, or vLLM engines in a profile that names a cluster."""
     on_cluster_engines = config.backends.engine is EngineBackend.VLLM and config.cluster is not None
@@ -44,8 +55,8 @@ def no_address(config: RecipeConfig) -> str:
     return (
         f"profile {config.profile!r} runs on a Ray cluster (backends: engine {config.backends.engine.value}, trainer "
         f"{config.backends.trainer.value}) but names none: set its dashboard with --set "
-        f"cluster.ray_address=http://HEAD:8265 (recipe run --profile {config.profile} --dry-run shows what would run "
-        "where)"
+        f"cluster.ray_address=http://HEAD:8265 and the network it trusts with --set cluster.trusted_network=CIDR "
+        f"(recipe run --profile {config.profile} --dry-run shows what would run where)"
     )
 
 
@@ -67,18 +78,31 @@ def preflight(config: RecipeConfig) -> None:
     assert cluster is not None  # the config validator requires it for cluster backends
     if not cluster.ray_address:
         raise PlacementError(no_address(config))
-    _check_reachable(cluster.ray_address)
+    _check_reachable(cluster.ray_address, cluster_token_file(config))
 
 
-def _check_reachable(address: str) -> None:
+def _check_reachable(address: str, token_file: Path | None) -> None:
+    from trainer.cluster.jobs import auth_headers, ray_token
+
+    if token_file is not None and not token_file.is_file():
+        raise PlacementError(
+            f"no token for the Ray cluster at {address}: {token_file} is missing (recipe cluster up --profile PROFILE "
+            "writes it for a cluster on this machine; else set cluster.auth_token_file)"
+        )
+    headers = auth_headers(ray_token(token_file))
     try:
-        reply = httpx.get(f"{address.rstrip('/')}/api/version", timeout=REACH_TIMEOUT_S)
+        reply = httpx.get(f"{address.rstrip('/')}/api/version", headers=headers, timeout=REACH_TIMEOUT_S)
     except httpx.HTTPError as error:
         raise PlacementError(
             f"cannot reach the Ray cluster's dashboard at {address} ({type(error).__name__}) within "
             f"{REACH_TIMEOUT_S:g} s: start the cluster (recipe cluster up --profile PROFILE for one on this machine) "
             "or fix cluster.ray_address"
         ) from None
+    if reply.status_code in (401, 403):
+        raise PlacementError(
+            f"the Ray cluster at {address} refused our token (HTTP {reply.status_code}): set cluster.auth_token_file "
+            "to its token, or restart it with recipe cluster up"
+        )
     if reply.status_code != 200:
         raise PlacementError(f"{address}/api/version answered HTTP {reply.status_code}: not a Ray dashboard")
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from prefect.states import Failed, State
 
+from envs.diskspace import NoSpaceLeft, no_space
 from envs.errors import RecipeError
 from envs.faults import FaultPlan
 from envs.files import atomic_write_text
@@ -55,6 +56,7 @@ from tasks.environment import policy_harness, task_sets
 from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.prune import pruned_work_folders
+from tasks.run_lock import holding
 from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
 from tasks.training import TrainerRunner, TrainJob, TrainResult, retention_set, train
 from tasks.validation import Suite, validate_stage
@@ -217,6 +219,7 @@ class StageRun:
             max_num_seqs=engine.max_num_seqs,
             compile=engine.compile,
             url=engine.url,
+            api_key_file=engine.api_key_file,
             served_model_name=engine.served_model_name,
             timeout_s=engine.timeout_s,
             fleet=fleet,
@@ -402,6 +405,11 @@ def open_run(run: str, runs_root: Path = DEFAULT_RUNS_ROOT) -> tuple[RunStore, R
 def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) -> Iterator[StageRun]:
     """Run one stage of ``run`` (an id under ``runs_root`` or a path); see the module docstring."""
     store, config = open_run(run, runs_root)
+    with holding(store.root, f"stage {stage.value}"):
+        yield from _run_stage(store, config, stage)
+
+
+def _run_stage(store: RunStore, config: RecipeConfig, stage: StageName) -> Iterator[StageRun]:
     for earlier in list(StageName)[: stage.index - 1]:
         manifest = store.manifest(earlier.folder)
         if manifest is None or manifest.status is not StageStatus.PASSED:
@@ -436,8 +444,16 @@ def open_stage(run: str, stage: StageName, runs_root: Path = DEFAULT_RUNS_ROOT) 
     try:
         yield running
     except BaseException as error:
-        running._close(StageStatus.ERROR, error=f"{type(error).__name__}: {error}"[:2000])
-        raise
+        full = no_space(error)
+        if full is None:
+            running._close(StageStatus.ERROR, error=f"{type(error).__name__}: {error}"[:2000])
+            raise
+        plain = NoSpaceLeft.of(full, near=running.dir)  # the stage's error says so, whatever wrapped the OSError
+        try:
+            running._close(StageStatus.ERROR, error=str(plain))
+        except OSError:  # the manifest cannot be written on a full disk either; the error still says why
+            log("%s: %s (the manifest could not record it)", stage.folder, plain)
+        raise plain from error
     if running.manifest.status is StageStatus.RUNNING:
         running._close(StageStatus.ERROR, error="the stage ended without a gate report")
         raise RuntimeError(f"stage {stage.value} ended without calling finish(report)")

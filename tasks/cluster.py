@@ -93,9 +93,11 @@ class ClusterTarget:
     trainer_resources: Mapping[str, float] = field(default_factory=dict)
     job_timeout_s: float = 7 * 86400.0
     max_job_attempts: int = 3
+    token_file: Path | None = None
+    """The cluster's Ray token (None: Ray's own places, ``trainer.cluster.jobs.ray_token``)."""
 
     def jobs(self) -> RayJobs:
-        return RayJobs(self.address)
+        return RayJobs(self.address, token_file=self.token_file)
 
     def job_dir(self, stage_folder: str, work_dir: Path) -> Path:
         return self.root / stage_folder / work_dir.name

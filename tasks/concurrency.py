@@ -5,6 +5,12 @@ concurrency limit ``gpu`` while it runs; the limit (1 slot by default: one accel
 Outside a Prefect run, or against a server that cannot be reached, the work runs without a slot — a library user
 calling the tasks' functions directly is not made to run a server.
 
+Every ``recipe run`` without ``PREFECT_API_URL`` starts a temporary server of its own, but all of them share one
+database (``PREFECT_HOME``), and a temporary server keeps its slot leases in memory: a run killed with its server
+leaves its slot taken with no lease to expire it. So each holder also leaves a record beside the database
+(``gpu-slots/<pid>-<start time>``, removed when it frees the slot), and a new temporary server frees only the taken
+slots no live holder accounts for: a pid whose start time still matches is alive, and its slot stays taken.
+
     ensure_gpu_limit()            # at the start of a pipeline run, or by `recipe serve`
     with gpu_slot("train-overfit"):
         run_loop()
@@ -15,7 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from envs.files import atomic_write_text
+from envs.scratch import owner_alive, owner_tag
 from tasks.artifacts import in_prefect_run, log
 
 GPU_LIMIT = "gpu"
@@ -39,11 +48,42 @@ def ensure_gpu_limit(slots: int = DEFAULT_GPU_SLOTS) -> None:
             log("created the global concurrency limit %r with %d slot(s)", GPU_LIMIT, slots)
             return
         if limit.active_slots and _temporary_server():
-            # A temporary server keeps its leases in memory: a run killed with its server (SIGKILL, OOM) leaves its
-            # slot taken in the database with no lease left to expire, and the resume would wait for it forever.
-            # This server started with this run, so no lease on it holds a slot yet: the taken ones are leaked.
-            client.update_global_concurrency_limit(GPU_LIMIT, GlobalConcurrencyLimitUpdate(active_slots=0))
-            log("freed %d %r slot(s) a killed run left taken", limit.active_slots, GPU_LIMIT)
+            # A run killed with its server (SIGKILL, OOM) leaves its slot taken in the shared database with no lease
+            # left to expire, and the resume would wait for it forever; another live run's slot is not leaked.
+            live = live_holders()
+            if limit.active_slots > live:
+                update = GlobalConcurrencyLimitUpdate(active_slots=live)
+                client.update_global_concurrency_limit(GPU_LIMIT, update)
+                log("freed %d %r slot(s) a killed run left taken", limit.active_slots - live, GPU_LIMIT)
+
+
+def _holders_dir() -> Path:
+    from prefect.settings import get_current_settings
+
+    return Path(get_current_settings().home) / "gpu-slots"
+
+
+def live_holders() -> int:
+    """Holders whose process still runs (the records of dead ones are removed)."""
+    live = 0
+    for record in _holders_dir().glob("*-*"):
+        if owner_alive(record.name):
+            live += 1
+        else:
+            record.unlink(missing_ok=True)
+    return live
+
+
+@contextmanager
+def _holder_record(holder: str) -> Iterator[None]:
+    folder = _holders_dir()
+    record = folder / owner_tag()
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, holder + "\n")
+    try:
+        yield
+    finally:
+        record.unlink(missing_ok=True)
 
 
 def _temporary_server() -> bool:
@@ -62,7 +102,7 @@ def gpu_slot(holder: str) -> Iterator[None]:
     from prefect.concurrency.sync import concurrency
 
     log("%s: waiting for a %r slot", holder, GPU_LIMIT)
-    with concurrency(GPU_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S, strict=True):
+    with concurrency(GPU_LIMIT, occupy=1, lease_duration=SLOT_LEASE_S, strict=True), _holder_record(holder):
         log("%s: holds a %r slot", holder, GPU_LIMIT)
         held = time.monotonic()
         try:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from envs.faults import FaultPlan
 from envs.harness.engine_client import CompletionEngine, CompletionsClient
 from envs.net import serve_in_thread
+from envs.tokens import bearer_keys
 from trainer.engine import Engine, EngineConfig
 from trainer.vllm.remote import RemoteEngines, RemoteFleet
 
@@ -47,6 +48,8 @@ class EngineSettings:
     max_num_seqs: int = 64
     compile: bool = False
     url: str | None = None
+    api_key_file: Path | None = None
+    """The bearer token of the engine at ``url``, in a file (an engine behind ``trainer.vllm.gate``)."""
     served_model_name: str | None = None
     timeout_s: float = 600.0
     fleet: EngineFleet | None = None
@@ -74,6 +77,8 @@ class Endpoint:
     model: str
     tokenizer: str
     """Tokenizer folder (the policy folder) the client renders prompts with."""
+    api_key_file: Path | None = None
+    """The engines' token file when they want one (the run's fleet, ``trainer.vllm.gate``)."""
 
 
 def load_engine(policy_dir: Path, settings: EngineSettings) -> Engine:
@@ -97,7 +102,8 @@ async def _local_rollouts(policy_dir: Path, settings: EngineSettings, faults: Fa
 @asynccontextmanager
 async def _url_rollouts(policy_dir: Path, settings: EngineSettings, faults: FaultPlan | None):
     name = settings.served_model_name or policy_dir.name
-    async with CompletionsClient(settings.url or "", name, timeout_s=settings.timeout_s) as client:
+    keys = bearer_keys(settings.api_key_file)
+    async with CompletionsClient(settings.url or "", name, timeout_s=settings.timeout_s, keys=keys) as client:
         yield client
 
 
@@ -139,7 +145,8 @@ def _local_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None
 
 @contextmanager
 def _url_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None) -> Iterator[Endpoint]:
-    yield Endpoint(settings.url or "", settings.served_model_name or policy_dir.name, str(policy_dir))
+    name = settings.served_model_name or policy_dir.name
+    yield Endpoint(settings.url or "", name, str(policy_dir), settings.api_key_file)
 
 
 @contextmanager
@@ -151,7 +158,7 @@ def _fleet_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None
             await fleet.load(policy_dir)
 
     asyncio.run(load())
-    yield Endpoint(engines.urls[0], engines.model, str(policy_dir))
+    yield Endpoint(engines.urls[0], engines.model, str(policy_dir), engines.token_file)
 
 
 ENDPOINTS: dict[str, Callable[..., AbstractContextManager[Endpoint]]] = {

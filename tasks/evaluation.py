@@ -97,7 +97,12 @@ def evaluate(scope: StageScope, job: EvalJob, out_dir: Path, seed: int) -> EvalR
         spec = EvalSpec(
             tasks=source,
             harness=job.harness,
-            engine=EngineSpec(base_url=endpoint.url, model=endpoint.model, tokenizer=endpoint.tokenizer),
+            engine=EngineSpec(
+                base_url=endpoint.url,
+                model=endpoint.model,
+                tokenizer=endpoint.tokenizer,
+                api_key_file=endpoint.api_key_file,
+            ),
             passes=job.passes,
             out_dir=out_dir,
             concurrency=job.concurrency,
@@ -141,7 +146,9 @@ def mcq(scope: StageScope, label: str, policy_dir: Path, engine: EngineSettings,
     from evals.mcq import BUNDLED_MCQ, McqApi, McqConfig, load_mcq, run_mcq
 
     with policy_endpoint(policy_dir, engine, name=label) as endpoint:
-        config = McqConfig(endpoint.url, endpoint.model, passes, temperature=1.0, api=McqApi.CHAT, seed=seed)
+        config = McqConfig(
+            endpoint.url, endpoint.model, passes, api=McqApi.CHAT, seed=seed, api_key_file=endpoint.api_key_file
+        )
         result = run_mcq(load_mcq(BUNDLED_MCQ), config)
     scope.catalog.append(
         "evals",

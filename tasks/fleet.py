@@ -12,8 +12,10 @@ Two placements of the same fleet:
   process's lifetime and reused by its later stages.
 
 Stages never talk to a server directly: ``engines(staging)`` returns the ``RemoteEngines`` a ``RemoteFleet`` client
-or a training loop uses, with the folder its weight versions go to. A base that ties its embeddings is served from an
-untied copy in the fleet's folder (``trainer.vllm.remote.untied_copy``: vLLM's in-place reload keeps a tied head).
+or a training loop uses, with the folder its weight versions go to and the fleet's token file (``token`` in the
+fleet's folder, made once, mode 0600: every engine's gate wants it on every route, ``trainer.vllm.gate``). A base
+that ties its embeddings is served from an untied copy in the fleet's folder (``trainer.vllm.remote.untied_copy``:
+vLLM's in-place reload keeps a tied head).
 
     fleet = VllmFleet(FleetSpec(..., state_file=root / "engines.json", logs_dir=root / "logs"), cluster=target)
     engines = fleet.engines(staging=root / "weights")     # starts or reattaches
@@ -32,6 +34,7 @@ from pydantic import BaseModel
 from envs.errors import RecipeError
 from envs.files import atomic_write_text
 from envs.net import LOOPBACK, free_port
+from envs.tokens import ensure_token_file, read_token_file
 from tasks.artifacts import log
 from tasks.cluster import ClusterTarget
 from trainer.cluster.engine_job import FleetSpec, FleetState
@@ -42,6 +45,7 @@ from trainer.vllm.server import VllmServer, healthy
 ENGINE_MODULE = "trainer.cluster.engine_job"
 RECORD_FILE, SPEC_FILE, SERVED_MODEL = "fleet.json", "spec.json", "served-model"
 POLL_S = 2.0
+REACH_TIMEOUT_S = 60.0
 _LOCAL: dict[Path, tuple[str, list[VllmServer]]] = {}
 """Servers started by this process, by fleet folder: (spec digest, servers)."""
 
@@ -70,6 +74,7 @@ class VllmFleet:
 
     def engines(self, staging: Path) -> RemoteEngines:
         """The fleet's engines (started or reattached), with ``staging`` as their weights folder."""
+        ensure_token_file(self.spec.token_file)
         urls = self._cluster_urls() if self.cluster is not None else self._local_urls()
         return RemoteEngines(
             urls=tuple(urls),
@@ -77,6 +82,7 @@ class VllmFleet:
             kind=EngineKind.VLLM,
             staging_dir=staging.resolve(),
             untied_head=self.untied_head,
+            token_file=self.spec.token_file.resolve(),
         )
 
     def _prepare(self) -> None:
@@ -123,7 +129,8 @@ class VllmFleet:
         record = self._record()
         if record is not None and record.digest == self.digest and jobs.find(record.job_id) in ACTIVE:
             urls = self._wait_for_state(jobs, record.job_id)
-            if all(healthy(url) for url in urls):
+            token = read_token_file(self.spec.token_file)
+            if all(healthy(url, token) for url in urls):
                 log("engines of job %s serve on %s: reattached", record.job_id, ", ".join(urls))
                 return urls
         if record is not None:
@@ -138,7 +145,23 @@ class VllmFleet:
         record = FleetRecord(job_id=job_id, digest=self.digest, starts=starts)
         atomic_write_text(self.root / RECORD_FILE, record.model_dump_json())
         log("engine job %s submitted: %d engine(s) serving %s", job_id, self.spec.engines, self.spec.model)
-        return self._wait_for_state(jobs, job_id)
+        urls = self._wait_for_state(jobs, job_id)
+        self._wait_reachable(urls)
+        return urls
+
+    def _wait_reachable(self, urls: list[str]) -> None:
+        """Until every engine answers from here too (a cluster in a namespace of its own reaches this machine through
+        its bridge, which mirrors a new port within a second)."""
+        token = read_token_file(self.spec.token_file)
+        deadline = time.monotonic() + REACH_TIMEOUT_S
+        while not all(healthy(url, token) for url in urls):
+            if time.monotonic() > deadline:
+                raise FleetError(
+                    f"the engines serve on the cluster but {', '.join(urls)} do not answer here within "
+                    f"{REACH_TIMEOUT_S:g} s (a cluster in a network namespace: is its bridge running? see "
+                    f"{self.spec.logs_dir} and the cluster's bridge.log)"
+                )
+            time.sleep(POLL_S / 4)
 
     def _wait_for_state(self, jobs, job_id: str) -> list[str]:  # type: ignore[no-untyped-def]
         """The URLs the engine job reports once every engine serves; a job that ends first is an error."""

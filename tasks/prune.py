@@ -12,9 +12,14 @@ under the run folder and, for a cluster run with ``cluster.storage``, under ``<s
 
 Never deleted:
 
+* anything outside the runs root and the cluster's storage root: a run folder or stage folder that is a symbolic link
+  is skipped, never followed; a run's folder on storage is ``<storage>/<folder name>`` (never the ``run_id`` its
+  ``run.json`` claims) and must be a real folder directly under the resolved storage root;
 * a checkpoint that a path recorded under the runs root points into: an output of any stage of any run (the overfit
   and hero stages' final ``policy``, which the transfer stage, a resume and ``recipe eval --run`` read) or a string of
-  any run's config (a run whose ``policy.path`` is another run's checkpoint);
+  any run's config (a run whose ``policy.path`` is another run's checkpoint). A relative path protects what it names
+  from the run folder, from the checkout the runs root lies in, and from the current folder: whatever folder the
+  run was started from, and wherever prune runs, the checkpoint it names is kept;
 * anything of a run in progress — a stage whose manifest says ``running`` — or of a run whose manifests cannot be
   read (what they reference is unknown): the run is skipped with the reason;
 * everything else: ``run.json``, manifests, gate reports, plots, ``catalog.duckdb``, step histories, eval folders.
@@ -110,12 +115,26 @@ class RunPrune:
         return sum(f.bytes for f in self.removed)
 
 
+def _real_child(parent: Path, name: str) -> Path | None:
+    """``parent/name`` when it is a real folder (no link on the way) directly under the resolved ``parent``."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        return None
+    base = parent.resolve()
+    child = base / name
+    if child.is_symlink() or not child.is_dir() or child.resolve().parent != base:
+        return None
+    return child
+
+
 def _roots(info: RunInfo, store: RunStore) -> list[Path]:
-    """Where the run's stage folders are: the run folder, and its folder on the cluster's shared storage."""
+    """Where the run's stage folders are: the run folder, and its folder on the cluster's shared storage (named as
+    the run's folder is: the ``run_id`` a ``run.json`` claims could be ``../victim``)."""
     roots = [store.root]
     storage = (info.config.get("cluster") or {}).get("storage")
-    if isinstance(storage, str) and (Path(storage) / info.run_id).is_dir():
-        roots.append(Path(storage) / info.run_id)
+    if isinstance(storage, str) and storage and "\0" not in storage:
+        shared = _real_child(Path(storage), store.root.name)
+        if shared is not None:
+            roots.append(shared)
     return roots
 
 
@@ -128,7 +147,7 @@ def checkpoint_folders(roots: list[Path]) -> Iterator[Path]:
     """Every checkpoint folder under the stage folders of ``roots`` (``CHECKPOINT_GLOBS``), none through a link."""
     for root in roots:
         for stage in sorted(root.iterdir()):
-            if STAGE_FOLDER.fullmatch(stage.name) and stage.is_dir():
+            if STAGE_FOLDER.fullmatch(stage.name) and stage.is_dir() and not stage.is_symlink():
                 for pattern in CHECKPOINT_GLOBS:
                     yield from (p for p in sorted(stage.glob(pattern)) if p.is_dir() and not _linked(p, stage))
 
@@ -144,22 +163,25 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(item)
 
 
-def _as_path(text: str, base: Path) -> Path | None:
-    """``text`` as a path relative to ``base`` (an absolute one as it is), resolved; None when it cannot be one."""
+def _as_paths(text: str, bases: list[Path]) -> list[Path]:
+    """``text`` as a path relative to each of ``bases`` (an absolute one as it is), resolved; none when it cannot
+    be a path."""
     if "/" not in text or "\0" in text:
-        return None
-    return (base / text).resolve()
+        return []
+    return [(base / text).resolve() for base in bases]
 
 
-def referenced_paths(runs: list[tuple[RunInfo, RunStore]]) -> set[Path]:
-    """Every path the runs record: each stage's outputs (relative to its run folder) and each config's strings that
-    look like paths (relative to the working folder, as the run read them)."""
+def referenced_paths(runs: list[tuple[RunInfo, RunStore]], runs_root: Path) -> set[Path]:
+    """Every path the runs record: each stage's outputs and each config's strings that look like paths, relative to
+    the run folder, the checkout the runs root lies in and the current folder (module docstring)."""
     found: set[Path] = set()
+    checkout = runs_root.resolve().parent
     for info, store in runs:
-        texts = [(text, Path.cwd()) for text in _strings(info.config)]
+        bases = [store.root, checkout, Path.cwd()]
+        texts = list(_strings(info.config))
         with contextlib.suppress(RunStoreError):  # its outputs are unknown: prune_runs leaves the run itself alone
-            texts += [(text, store.root) for m in store.manifests() for text in _strings(m.outputs)]
-        found |= {path for text, base in texts if (path := _as_path(text, base)) is not None}
+            texts += [text for m in store.manifests() for text in _strings(m.outputs)]
+        found |= {path for text in texts for path in _as_paths(text, bases)}
     return found
 
 
@@ -236,8 +258,10 @@ def prune_runs(
     """Prune the runs under ``runs_root`` (of ``profile``, or of every profile) older than each profile's newest
     ``keep_last`` (module docstring). Returns what was (or would be) removed per pruned run, and the runs kept whole
     per profile."""
-    runs = all_runs(runs_root)
-    protected = referenced_paths(runs)
+    everything = all_runs(runs_root)
+    protected = referenced_paths(everything, runs_root)  # a linked run's references count; its folder is not ours
+    root = runs_root.resolve()
+    runs = [(info, store) for info, store in everything if _real_child(root, store.root.name) is not None]
     by_profile: dict[str, list[tuple[RunInfo, RunStore]]] = {}
     for info, store in runs:
         if profile is None or info.profile == profile:

@@ -22,6 +22,7 @@ from envs.faults import FaultPlan
 from envs.harness.agent import AgentSetup, run_group
 from envs.harness.engine_client import CompletionsClient
 from envs.rollout import local_envs
+from envs.tokens import bearer_keys
 from envs.types import ErrorClass, Trajectory
 from tasks.context import RolloutJob, StageScope
 from tasks.engine import Endpoint, policy_endpoint
@@ -35,8 +36,9 @@ async def _record(
 
     tokenizer = AutoTokenizer.from_pretrained(job.policy_dir)
     injector = faults.injector("engine") if faults else None
+    keys = bearer_keys(endpoint.api_key_file)
     async with CompletionsClient(
-        endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s, faults=injector
+        endpoint.url, endpoint.model, timeout_s=job.engine.timeout_s, faults=injector, keys=keys
     ) as client:
         recorder = RecordingEngine(client)
         engine = RetokenizingEngine(recorder, tokenizer) if retokenize else recorder

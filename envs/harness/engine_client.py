@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self
 
 import httpx
+from pydantic import SecretStr
 
 from envs.errors import RecipeError
 from envs.faults import ENGINE_FAULTS, FaultInjector
@@ -97,14 +98,16 @@ class CompletionsClient:
         max_connections: int = 512,
         faults: FaultInjector | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        keys: Sequence[SecretStr] = (),
     ) -> None:
-        """``transport``: an httpx transport to send through (an in-process app in tests)."""
+        """``transport``: an httpx transport to send through (an in-process app in tests); ``keys``: bearer keys every
+        request carries (a gated engine's token)."""
         self.model = model
         limits = pool_limits(max_connections, max_connections)
         if faults is not None:  # an injected stall must hit the client's timeout, not the engine's long one
             timeout_s = min(timeout_s, faults.plan.timeout_s)
         self._api = ApiClient(
-            base_url, timeout_s, limits=limits, transport=transport, faults=faults, fault_kinds=ENGINE_FAULTS
+            base_url, timeout_s, keys=keys, limits=limits, transport=transport, faults=faults, fault_kinds=ENGINE_FAULTS
         )
 
     async def __aenter__(self) -> Self:

@@ -10,9 +10,10 @@ recipe cluster submit --profile P --address http://HOST:8265 [--dry-run] [--time
     ``--dry-run`` runs ``trainer.skyrl.dryrun`` instead of SkyRL: it checks the overrides and prints metric blocks
     computed from the config, so the whole path runs on a CPU-only cluster. Exit 0 when the job succeeded, 1 when
     it failed or timed out.
-recipe cluster engine --profile P [--host H] [--port N]
-    prints the ``vllm serve`` line of one of the profile's engines (loopback unless --host), its RL control routes,
-    and the ``--set`` overrides that point our harness at it.
+recipe cluster engine --profile P [--host H] [--port N] [--token-file F]
+    prints the line that serves one of the profile's engines — vLLM behind its gate (``trainer.vllm.gate``), loopback
+    unless --host — its RL control routes, and the ``--set`` overrides that point our harness at it. Every route wants
+    the token in F (default ``.cluster/engine-token``; made, mode 0600, when missing).
 recipe cluster up --profile cluster-cpu [--set KEY=VALUE ...]
     starts the one-machine Ray cluster the profile describes (``cluster.local``: a head and its workers as separate
     ``ray start`` processes with their own resources; the dashboard on ``cluster.ray_address``'s port); its state goes
@@ -122,9 +123,11 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
+    from envs.tokens import ensure_token_file
     from trainer.vllm.launch import ROUTES, vllm_serve_spec
 
     run = _run(args)
+    ensure_token_file(args.token_file)
     try:
         spec = vllm_serve_spec(
             run.model,
@@ -136,11 +139,12 @@ def _engine(args: argparse.Namespace) -> int:
             port=args.port,
             served_model_name=run.served_model_name,
             seed=run.seed,
+            token_file=args.token_file.resolve(),
         )
     except ValueError as error:
         raise ClusterError(str(error)) from None
     print(spec.command())
-    print("\nroutes:")
+    print(f'\nroutes (each wants the header "Authorization: Bearer $(cat {args.token_file})"):')
     for name, route in ROUTES.items():
         print(f"  {name:<22} {route.method:<5} {spec.base_url}{route.target()}")
     print("\nour harness on this engine: --set " + " --set ".join(spec.harness_overrides()))
@@ -151,7 +155,7 @@ def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The profile's one-machine cluster (``cluster.local``), its state under ``.cluster/<profile>/``."""
     from urllib.parse import urlparse
 
-    from flows.config import load_profile
+    from flows.config import ClusterIsolation, load_profile
     from flows.preflight import REPO_ROOT, repo_path
     from trainer.cluster.local_cluster import LocalCluster, LocalNode
 
@@ -167,8 +171,16 @@ def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     head = LocalNode(cluster.local.head.num_cpus, dict(cluster.local.head.resources))
     root = REPO_ROOT / ".cluster" / config.profile
     python = repo_path(cluster.python)
+    namespace = f"rl-recipe-{config.profile}" if cluster.local.isolation is ClusterIsolation.NETNS else None
     return LocalCluster(
-        root, dashboard_port=port, gcs_port=cluster.local.gcs_port, workers=nodes, head=head, python=python
+        root,
+        dashboard_port=port,
+        gcs_port=cluster.local.gcs_port,
+        workers=nodes,
+        head=head,
+        python=python,
+        namespace=namespace,
+        engine_ports=cluster.local.engine_ports,
     )
 
 
@@ -179,6 +191,11 @@ def _up(args: argparse.Namespace) -> int:
     tick = time.monotonic()
     state = cluster.start()
     print(f"cluster up in {time.monotonic() - tick:.0f} s: {len(state.pids)} nodes, dashboard {state.dashboard}")
+    if state.netns:
+        print(f"its nodes listen in the network namespace {state.netns}, mirrored onto this machine's loopback only")
+    else:
+        print("warning: its nodes listen on this machine's network (cluster.local.isolation none): a token guards them")
+    print(f"every request wants its token: {state.token_file} (Authorization: Bearer ...)")
     print(f"stop it with: recipe cluster down --profile {args.profile}")
     return 0
 
@@ -192,18 +209,19 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from flows.config import load_profile
-    from trainer.cluster.jobs import RayJobs
+    from flows.preflight import cluster_token_file
+    from trainer.cluster.jobs import RayJobs, ray_token
     from trainer.cluster.local_cluster import alive_nodes
 
     config = load_profile(args.profile, args.set)
     if config.cluster is None or not config.cluster.ray_address:
         raise ClusterError(f"profile {config.profile!r} names no cluster (cluster.ray_address)")
-    address = config.cluster.ray_address
-    nodes = alive_nodes(address)
+    address, token_file = config.cluster.ray_address, cluster_token_file(config)
+    nodes = alive_nodes(address, ray_token(token_file) if token_file is None or token_file.is_file() else None)
     print(f"{address}: {len(nodes)} alive node(s)")
     for node in nodes:
         print(f"  {node['node_id'][:12]}  {node['resources']}")
-    for job in RayJobs(address).listing():
+    for job in RayJobs(address, token_file=token_file if token_file and token_file.is_file() else None).listing():
         print(f"  job {job['submission_id']}  {job['status']:<9}  {job['entrypoint']}")
     return 0
 
@@ -236,6 +254,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     _render_flags(engine)
     engine.add_argument("--host", default="127.0.0.1", help="listen address (default: loopback)")
     engine.add_argument("--port", type=port, default=8000, help="the port the engine listens on")
+    engine.add_argument(
+        "--token-file", type=Path, default=Path(".cluster/engine-token"), help="the engine's token (made if missing)"
+    )
     engine.set_defaults(handler=_engine)
     for name, handler, what in (
         ("up", _up, "start the profile's one-machine Ray cluster (cluster.local)"),

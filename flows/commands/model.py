@@ -1,9 +1,10 @@
 """``recipe model``: build the local profile's base model.
 
 recipe model bootstrap [--data data] [--out models/base] [--seed 0] [--steps N]
-    builds the environment in --data if it is missing, trains the tokenizer and the tiny Qwen3 base on (noisy)
-    oracle trajectories, evaluates Pass@1 per tier × split with real rollouts, and writes the policy folder and
-    bootstrap.json to <out>/<hash>/ (a second run with the same inputs returns the cached model at once).
+    builds the environment in data/ if it is missing (an explicit --data must be an existing folder), trains the
+    tokenizer and the tiny Qwen3 base on (noisy) oracle trajectories, evaluates Pass@1 per tier × split with real
+    rollouts, and writes the policy folder and bootstrap.json to <out>/<hash>/ (a second run with the same inputs
+    returns the cached model at once).
 """
 
 from __future__ import annotations
@@ -14,16 +15,27 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from envs.errors import RecipeError
 from flows.args import non_negative_int, positive_int
 
 console = Console()
+DEFAULT_DATA = "data"
+
+
+class ModelCommandError(RecipeError, ValueError):
+    """A flag of ``recipe model`` that names nothing usable."""
 
 
 def _model_bootstrap(args: argparse.Namespace) -> int:
     from envs.build import build_environment, load_manifest
     from trainer.bootstrap import BootstrapSpec, bootstrap
 
-    data = Path(args.data)
+    data = Path(args.data or DEFAULT_DATA)
+    if args.data is not None and not data.is_dir():
+        raise ModelCommandError(
+            f"no environment in {data} (no such folder): make one with recipe envs generate --out {data}, or leave "
+            f"--data out to use (and build) {DEFAULT_DATA}/"
+        )
     if load_manifest(data) is None:
         build_environment(data)
     overrides = {"seed": args.seed} | ({"steps": args.steps} if args.steps is not None else {})
@@ -52,7 +64,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         dest="model_command", required=True, help="what to do with the base model"
     )
     boot = model.add_parser("bootstrap", help="train the tiny base model on oracle trajectories")
-    boot.add_argument("--data", default="data", help="environment folder (default: data)")
+    boot.add_argument("--data", default=None, help=f"an environment folder (default: {DEFAULT_DATA}, built if missing)")
     boot.add_argument("--out", default="models/base", help="cache folder of base models (default: models/base)")
     boot.add_argument("--seed", type=non_negative_int, default=0, help="seed of the traces, the weights and the eval")
     boot.add_argument("--steps", type=positive_int, default=None, help="training steps (default: the spec's)")

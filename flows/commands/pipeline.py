@@ -50,21 +50,31 @@ def print_stages(root: Path) -> None:
     console.print(f"run folder: {store.root.resolve()}  (recipe audit {store.run_id}; recipe report {store.run_id})")
 
 
-def migrate_local_database() -> None:
-    """Without PREFECT_API_URL every `recipe run` starts a temporary Prefect server on PREFECT_HOME's SQLite database,
-    and each server migrates it as it starts: two runs started together on a new database raced their migrations
-    ("duplicate column name") and one died before any work. Migrate once here, under a lock on PREFECT_HOME, so the
-    servers find it current."""
+def start_local_server() -> None:
+    """Without PREFECT_API_URL every `recipe run` starts a temporary Prefect server on PREFECT_HOME's SQLite database.
+
+    * Each server migrates the database as it starts: two runs started together on a new database raced their
+      migrations ("duplicate column name") and one died before any work. Migrate once here, under a lock on
+      PREFECT_HOME, so the servers find it current.
+    * Prefect stops its server at exit, which a SIGKILL skips: the server ran on forever. Start it here (Prefect's own
+      ``SubprocessASGIServer``, the instance its clients then use) and tether it to this process (``tasks.tether``).
+    """
     from prefect.settings import PREFECT_API_URL, PREFECT_HOME
 
     if PREFECT_API_URL.value():
         return
+    from prefect.server.api.server import SubprocessASGIServer
     from prefect.server.database import provide_database_interface
 
     from envs.files import file_lock
+    from tasks.tether import tether
 
     with file_lock(Path(PREFECT_HOME.value()) / ".rl-recipe-migrate.lock", timeout_s=MIGRATE_TIMEOUT_S):
         asyncio.run(provide_database_interface().create_db())
+    server = SubprocessASGIServer()
+    server.start()
+    if server.server_process is not None:
+        tether(server.server_process.pid)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -82,13 +92,13 @@ def _run(args: argparse.Namespace) -> int:
         preflight(config)  # and on a profile that cannot run where its backends say (a cluster without an address)
         runs_root = runs_root or str(config.runs_root)
     runs_root = runs_root or "runs"
-    migrate_local_database()
     from flows.pipeline import open_pipeline_run, pipeline
 
-    store, _ = open_pipeline_run(
+    store, _ = open_pipeline_run(  # claims the run: another process on it is refused here, in one line
         None if args.resume and not args.profile_given else args.profile, args.resume, args.set, Path(runs_root)
     )
     store.verify()  # a damaged run file fails here, in one line, before Prefect starts
+    start_local_server()
     state = pipeline(
         profile=None,
         resume=str(store.root),
@@ -106,11 +116,13 @@ def _run(args: argparse.Namespace) -> int:
 def _stage(args: argparse.Namespace) -> int:
     from flows.config import StageName
     from flows.pipeline import STAGE_FLOWS
+    from tasks.run_lock import claim
     from tasks.run_store import RunStore
 
     store = RunStore.open(Path(args.runs_root), args.run)
     store.verify()  # a damaged run file fails here, in one line, before Prefect starts
-    migrate_local_database()
+    claim(store.root, f"recipe stage {args.name}")  # another process on the run is refused here, in one line
+    start_local_server()
     state = STAGE_FLOWS[StageName(args.name)](run=str(store.root), runs_root=args.runs_root, return_state=True)
     print_stages(store.root)
     return 0 if state.is_completed() else 1

@@ -29,15 +29,18 @@ def test_render_takes_an_arm_storage_and_profile_changes(capsys) -> None:
     assert {"trainer.ckpt_path=s3://bucket/run/ckpts", "trainer.fully_async.max_staleness_steps=1"} <= lines
 
 
-def test_engine_prints_the_vllm_line_routes_and_harness_overrides(capsys) -> None:
-    assert main(["cluster", "engine", "--profile", "qwen35-397b", "--port", "8100"]) == 0
+def test_engine_prints_the_vllm_line_routes_and_harness_overrides(capsys, tmp_path) -> None:
+    token = tmp_path / "token"
+    argv = ["cluster", "engine", "--profile", "qwen35-397b", "--port", "8100", "--token-file", str(token)]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith(
-        "VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 python -m vllm.entrypoints.openai.api_server "
-        "--model Qwen/Qwen3.5-397B"
+        "VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1 python -m trainer.vllm.gate --host 127.0.0.1 "
+        f"--port 8100 --token-file {token} -- python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3.5-397B"
     )
-    assert "--host 127.0.0.1 --port 8100 --max-model-len 262144" in out and "--tensor-parallel-size 8" in out
+    assert "--max-model-len 262144" in out and "--tensor-parallel-size 8" in out
     assert "http://127.0.0.1:8100/pause?mode=keep" in out and "--set engine.url=http://127.0.0.1:8100" in out
+    assert f"--set engine.api_key_file={token}" in out and token.stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.parametrize(

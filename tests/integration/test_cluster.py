@@ -39,6 +39,7 @@ from tasks.training import TrainJob
 from tests.processes import running
 from trainer.cluster.jobs import RayJobs
 from trainer.cluster.local_cluster import LocalCluster, LocalNode, alive_nodes, pids_naming
+from trainer.cluster.netns import unavailable
 from trainer.loops import SyncLoopConfig, TaskFilter
 from trainer.model import bootstrap_policy, save_policy
 from trainer.specs import TinyModelSpec
@@ -84,7 +85,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         LocalNode(resources={"trainer": 1, "t2": 1}),
     ]
     root, ports = tmp_path_factory.mktemp("cluster"), {"dashboard_port": free_port(), "gcs_port": free_port()}
-    local = LocalCluster(root, **ports, workers=workers, python=str(CLUSTER_PYTHON))
+    namespace = f"rr-test-{os.getpid() % 10000}" if unavailable() is None else None  # as `recipe cluster up` runs
+    local = LocalCluster(root, **ports, workers=workers, python=str(CLUSTER_PYTHON), namespace=namespace)
     local.start()
     try:
         yield local
@@ -103,7 +105,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list]:
     return data, policy, tasks
 
 
-def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], root: Path, steps: int = STEPS):  # type: ignore[no-untyped-def]
+def job_setup(
+    dashboard: str, token: Path, data: Path, policy: Path, task_ids: list[str], root: Path, steps: int = STEPS
+):  # type: ignore[no-untyped-def]
     """The overfit stage's training job as a stage would hand it to the runner (its catalog, folder, loop, cluster)."""
     tasks = [t for t in load_tasks(data) if t.task_id in task_ids]
     scope = StageScope(Catalog(root / "catalog.duckdb"), "overfit", "4-overfit", data / "worlds")
@@ -119,13 +123,15 @@ def job_setup(dashboard: str, data: Path, policy: Path, task_ids: list[str], roo
     )
     job = TrainJob("overfit", policy, tasks, loop, root / "run" / "4-overfit" / "train-overfit-test")
     shape = {"python": str(CLUSTER_PYTHON), "trainer_resources": {"trainer": 1}, "max_job_attempts": 3}
-    target = ClusterTarget(address=dashboard, root=root / "run", run_id=root.name, **shape)
+    target = ClusterTarget(address=dashboard, root=root / "run", run_id=root.name, token_file=token, **shape)
     return scope, job, target
 
 
-def run_stage(dashboard: str, data: str, policy: str, task_ids: list[str], root: str, steps: int = STEPS) -> None:
+def run_stage(
+    dashboard: str, token: str, data: str, policy: str, task_ids: list[str], root: str, steps: int = STEPS
+) -> None:
     """What the submitting process runs (it is SIGKILLed midway, or cancelled as a Prefect flow run)."""
-    scope, job, target = job_setup(dashboard, Path(data), Path(policy), task_ids, Path(root), steps)
+    scope, job, target = job_setup(dashboard, Path(token), Path(data), Path(policy), task_ids, Path(root), steps)
     RayJobRunner(target, FileLedger(Path(root) / "ledger.json"))(scope, job)
 
 
@@ -134,6 +140,10 @@ def run_stage_as_a_flow(*args: str | list[str] | int) -> None:
     from prefect import flow
 
     flow(name="stage-on-the-cluster")(run_stage)(*args)
+
+
+def jobs_of(cluster: LocalCluster) -> RayJobs:
+    return RayJobs(cluster.dashboard, token_file=cluster.token_file)
 
 
 def newest_step(shards: Path) -> int:
@@ -170,9 +180,10 @@ def assert_each_step_once(catalog: Catalog) -> None:
 def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver_is_killed(cluster, env, tmp_path):
     data, policy, tasks = env
     task_ids = [t.task_id for t in tasks]
-    scope, job, target = job_setup(cluster.dashboard, data, policy, task_ids, tmp_path)
+    scope, job, target = job_setup(cluster.dashboard, cluster.token_file, data, policy, task_ids, tmp_path)
     ledger = FileLedger(tmp_path / "ledger.json")
-    call = f"run_stage({cluster.dashboard!r}, {str(data)!r}, {str(policy)!r}, {task_ids!r}, {str(tmp_path)!r})"
+    arguments = [cluster.dashboard, str(cluster.token_file), str(data), str(policy), task_ids, str(tmp_path)]
+    call = f"run_stage(*{arguments!r})"
     submitter = f"from tests.integration.test_cluster import run_stage; {call}"
     process = subprocess.Popen([sys.executable, "-c", submitter], cwd=REPO, start_new_session=True)
     shards = target.job_dir("4-overfit", job.out_dir) / "shards"
@@ -180,7 +191,7 @@ def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver
     os.killpg(process.pid, signal.SIGKILL)  # the flow's process dies; the job must not
     process.wait(timeout=30)
     record = ledger.job("train-overfit-test")
-    assert record is not None and RayJobs(cluster.dashboard).find(record.job_id) == "RUNNING"
+    assert record is not None and jobs_of(cluster).find(record.job_id) == "RUNNING"
     spec = target.job_dir("4-overfit", job.out_dir) / "spec.json"
 
     def kill_the_driver_midway() -> None:
@@ -194,7 +205,7 @@ def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver
     killer.join(timeout=5)
     final = ledger.job("train-overfit-test")
     assert final is not None and final.submissions == 2 and final.status == "SUCCEEDED"
-    ours = [j for j in RayJobs(cluster.dashboard).listing() if j["metadata"].get("job") == "train-overfit-test"]
+    ours = [j for j in jobs_of(cluster).listing() if j["metadata"].get("job") == "train-overfit-test"]
     assert sorted(j["status"] for j in ours) == ["FAILED", "SUCCEEDED"]  # the killed one and its resubmission
     assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
     assert result.policy.parent.name == f"step-{STEPS:08d}"
@@ -203,7 +214,8 @@ def test_a_job_outlives_its_submitter_is_reattached_and_resumes_after_its_driver
 
 def test_a_trainer_node_killed_mid_job_the_job_finishes_on_the_other(cluster, env, tmp_path):
     data, policy, tasks = env
-    scope, job, target = job_setup(cluster.dashboard, data, policy, [t.task_id for t in tasks], tmp_path)
+    task_ids = [t.task_id for t in tasks]
+    scope, job, target = job_setup(cluster.dashboard, cluster.token_file, data, policy, task_ids, tmp_path)
     ledger = FileLedger(tmp_path / "ledger.json")
     shards = target.job_dir("4-overfit", job.out_dir) / "shards"
     killed: list[int] = []
@@ -211,8 +223,10 @@ def test_a_trainer_node_killed_mid_job_the_job_finishes_on_the_other(cluster, en
     def kill_its_node() -> None:
         record = wait_until(lambda: ledger.job("train-overfit-test"), 120, "the submission")
         wait_until(lambda: newest_step(shards) >= 2, 600, "step 2")
-        [details] = [j for j in RayJobs(cluster.dashboard).listing() if j["submission_id"] == record.job_id]
-        resources = {n["node_id"]: n["resources"] for n in alive_nodes(cluster.dashboard)}[details["driver_node_id"]]
+        [details] = [j for j in jobs_of(cluster).listing() if j["submission_id"] == record.job_id]
+        resources = {n["node_id"]: n["resources"] for n in alive_nodes(cluster.dashboard, cluster.token)}[
+            details["driver_node_id"]
+        ]
         index = 1 if "t1" in resources else 2
         cluster.kill_worker(index)
         killed.append(index)
@@ -222,7 +236,9 @@ def test_a_trainer_node_killed_mid_job_the_job_finishes_on_the_other(cluster, en
     result = RayJobRunner(target, ledger)(scope, job)
     killer.join(timeout=5)
     assert killed and ledger.job("train-overfit-test").submissions >= 2
-    assert len(alive_nodes(cluster.dashboard)) == 3  # the head, the engine node and the surviving trainer node
+    assert (
+        len(alive_nodes(cluster.dashboard, cluster.token)) == 3
+    )  # the head, the engine node and the surviving trainer node
     assert [r.step for r in result.history.steps] == list(range(1, STEPS + 1))
     assert_each_step_once(scope.catalog)
 
@@ -233,9 +249,9 @@ def test_cancelling_the_flow_run_stops_its_job(cluster, env, tmp_path, prefect_s
     data, policy, tasks = env
     task_ids = [t.task_id for t in tasks]
     long = 400  # steps: minutes of work, far more than the test waits for
-    _, job, target = job_setup(cluster.dashboard, data, policy, task_ids, tmp_path, long)
-    arguments = f"{cluster.dashboard!r}, {str(data)!r}, {str(policy)!r}, {task_ids!r}, {str(tmp_path)!r}, {long}"
-    code = f"from tests.integration.test_cluster import run_stage_as_a_flow; run_stage_as_a_flow({arguments})"
+    _, job, target = job_setup(cluster.dashboard, cluster.token_file, data, policy, task_ids, tmp_path, long)
+    arguments = [cluster.dashboard, str(cluster.token_file), str(data), str(policy), task_ids, str(tmp_path), long]
+    code = f"from tests.integration.test_cluster import run_stage_as_a_flow; run_stage_as_a_flow(*{arguments!r})"
     flow = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=prefect_server, start_new_session=True)
     try:
         shards = target.job_dir("4-overfit", job.out_dir) / "shards"
@@ -250,7 +266,7 @@ def test_cancelling_the_flow_run_stops_its_job(cluster, env, tmp_path, prefect_s
             os.killpg(flow.pid, signal.SIGKILL)
     record = FileLedger(tmp_path / "ledger.json").job("train-overfit-test")
     assert record is not None
-    wait_until(lambda: RayJobs(cluster.dashboard).find(record.job_id) == "STOPPED", 60, "the job stopped")
+    wait_until(lambda: jobs_of(cluster).find(record.job_id) == "STOPPED", 60, "the job stopped")
     assert newest_step(shards) < long  # stopped midway, not run to the end
 
 
@@ -281,7 +297,8 @@ def test_the_chain_on_the_cluster_survives_its_killed_submitter(tmp_path):
         command = [*recipe, "run", "--resume", run_id, "--runs-root", str(runs)]
         resumed = subprocess.run(command, cwd=REPO, env=env, timeout=2400)
         assert resumed.returncode == 0
-        jobs = RayJobs(f"http://127.0.0.1:{dashboard}").listing()
+        token = REPO / ".cluster" / "cluster-smoke" / "auth_token"  # what `recipe cluster up` wrote
+        jobs = RayJobs(f"http://127.0.0.1:{dashboard}", token_file=token).listing()
         assert len([j for j in jobs if j["metadata"].get("job") == key]) == 1  # reattached, not resubmitted
         manifests = sorted(runs.glob(f"{run_id}/*/manifest.json"))
         assert [json.loads(m.read_text())["status"] for m in manifests] == ["passed"] * 7

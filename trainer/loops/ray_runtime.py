@@ -9,8 +9,10 @@ The driver keeps the loop's rules (``async_loop.run_async``: admission, buffer, 
 * the trainer actor is a ``TrainerService`` (``trainer_service``): it owns the ``LocalTrainer`` and writes the
   checkpoints.
 
-Locally ``ray.init(num_cpus=2)`` (``RAY_AUTH_MODE=disabled`` is set when unset); ``AsyncLoopConfig.ray_address``
-joins a cluster instead. Actors ask for no CPUs: the two share the machine with the driver as threads would.
+Locally ``ray.init(num_cpus=2)``, with Ray's token authentication on and a new token of its own (Ray listens on
+every interface, and without a token anyone who reaches a port can run code in it); ``AsyncLoopConfig.ray_address``
+joins a cluster instead, with that cluster's token from Ray's own places. Actors ask for no CPUs: the two share the
+machine with the driver as threads would.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pydantic import JsonValue
 from torch import Tensor
 
 from envs.harness.agent import EnvsForTask
+from envs.tokens import new_token
 from envs.types import TaskSpec, Trajectory
 from trainer.engine.weight_sync import push_weights
 from trainer.local import StepMetrics
@@ -110,6 +113,17 @@ class RayRuntime:
         await self.trainer.checkpoint.remote(step, cursor)
 
 
+def _token_auth_with_a_new_token() -> None:
+    """Token authentication on for the Ray instance this process starts, with a token of its own (its workers
+    inherit both through the environment). Ray reads its settings once per process: re-read them, as Ray's own
+    ``ray.init`` does when it turns token authentication on."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": new_token()}
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 def run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
     """The fully-async loop with the engine and the trainer as Ray actors (see the module docstring); the job's
     environment factory travels to the rollout actor by pickle, its hooks stay with the driver."""
@@ -118,12 +132,12 @@ def run_on_ray(job: LoopJob, config: AsyncLoopConfig) -> LoopHistory:
             "runtime 'ray' hosts its own engine in the rollout actor; with engine servers (loop.engines) use the "
             "asyncio or subprocess runtime"
         )
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     started_ray = not ray.is_initialized()
     if started_ray:
         if config.ray_address:
             ray.init(address=config.ray_address)
         else:
+            _token_auth_with_a_new_token()
             ray.init(num_cpus=2, include_dashboard=False)
     try:
         job = job.resolved()

@@ -12,7 +12,9 @@ distribution) with vLLM's RL routes on (``VLLM_SERVER_DEV_MODE=1``). Two device 
   does not use offset"), and every request of our harness is seeded. Weights reach it through the worker's own
   ``reload_weights`` (``/collective_rpc``) from a folder per version, not NCCL.
 
-The server listens on loopback unless a host is given, so nothing off the node reaches it unless asked for.
+vLLM itself never listens on TCP: ``trainer.vllm.gate`` starts it on a Unix socket in a private folder and is the
+engine's only door, on ``host:port`` (loopback unless a host is given): every route answers only requests that carry
+the run's token (a file, ``token_file``, never argv) and are not another site's. ``command()`` prints the whole line.
 
 Routes (vLLM's):
 
@@ -33,20 +35,24 @@ route                          method  what
 /sleep?level=1, /wake_up       POST    free / restore GPU memory (only when training shares the engine's GPUs)
 =============================  ======  ===========================================================================
 
-    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, port=8000)
-    spec.argv, spec.env, spec.url("pause"), spec.harness_overrides()
+    spec = vllm_serve_spec("Qwen/Qwen3.6-35B-A3B", tensor_parallel=8, max_model_len=262144, port=8000,
+                           token_file=Path("runs/R/engines/token"))
+    spec.launch_argv(), spec.env, spec.url("pause"), spec.harness_overrides()
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from envs.net import LOOPBACK
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+GATE_MODULE = "trainer.vllm.gate"
 WORKER_EXTENSION = "skyrl.backends.skyrl_train.inference_servers.new_inference_worker_wrap.NewInferenceWorkerWrap"
 """SkyRL 0.3.x's vLLM worker extension: receives weights over the trainer's NCCL group."""
 ENV = {
@@ -91,10 +97,19 @@ ROUTES: dict[str, Route] = {
 @dataclass(frozen=True)
 class VllmServeSpec:
     argv: list[str]
+    """The engine's own command (vLLM's server); the gate adds where it listens (``--uds``)."""
     env: dict[str, str]
     host: str
     port: int
     served_model_name: str
+    token_file: Path | None = None
+    """The run's engine token (``envs.tokens``): the gate refuses every request without it."""
+
+    def launch_argv(self, python: str = sys.executable) -> list[str]:
+        """The gate (run by ``python``, an interpreter with this repository's packages) in front of the engine."""
+        token_file = str(self.token_file) if self.token_file is not None else "TOKEN_FILE"
+        gate = [python, "-m", GATE_MODULE, "--host", self.host, "--port", str(self.port), "--token-file", token_file]
+        return [*gate, "--", *self.argv]
 
     @property
     def base_url(self) -> str:
@@ -106,18 +121,16 @@ class VllmServeSpec:
         """The full URL of a named route (``ROUTES``)."""
         return self.base_url + ROUTES[route].target()
 
-    def command(self) -> str:
-        """The shell line: environment assignments, then the argv."""
-        return shlex.join([f"{k}={v}" for k, v in self.env.items()] + self.argv)
+    def command(self, python: str = "python") -> str:
+        """The shell line: environment assignments, then the gate and the engine's argv."""
+        return shlex.join([f"{k}={v}" for k, v in self.env.items()] + self.launch_argv(python))
 
     def harness_overrides(self) -> list[str]:
         """Profile overrides that point our harness at this engine (``recipe ... --set``): the openai backend (any
-        vLLM-compatible URL) with the engine's URL and served name."""
-        return [
-            "backends.engine=openai",
-            f"engine.url={self.base_url}",
-            f"engine.served_model_name={self.served_model_name}",
-        ]
+        vLLM-compatible URL) with the engine's URL, served name and token file."""
+        overrides = ["backends.engine=openai", f"engine.url={self.base_url}"]
+        overrides += [f"engine.served_model_name={self.served_model_name}"]
+        return overrides + ([f"engine.api_key_file={self.token_file}"] if self.token_file is not None else [])
 
 
 def vllm_serve_spec(
@@ -136,9 +149,10 @@ def vllm_serve_spec(
     kv_cache_gib: float = 1.0,
     language_model_only: bool = True,
     weight_transfer_backend: str = "nccl",
+    token_file: Path | None = None,
 ) -> VllmServeSpec:
-    """One RL engine serving ``model`` on ``device`` (module docstring); loopback unless ``host`` is given; served as
-    ``served_model_name`` (default: the model id)."""
+    """One RL engine serving ``model`` on ``device`` (module docstring), behind its gate on ``host:port`` (loopback
+    unless given) with the token in ``token_file``; served as ``served_model_name`` (default: the model id)."""
     if tensor_parallel < 1 or max_model_len < 2 or not 0 < gpu_memory_utilization <= 1 or not 0 < port < 65536:
         raise ValueError(
             f"tensor_parallel ≥ 1, max_model_len ≥ 2, gpu_memory_utilization in (0, 1] and a port in 1–65535, got "
@@ -146,7 +160,7 @@ def vllm_serve_spec(
         )
     name = served_model_name or model
     argv = [python, "-m", SERVER_MODULE, "--model", model, "--served-model-name", name]
-    argv += ["--host", host, "--port", str(port), "--max-model-len", str(max_model_len), "--seed", str(seed)]
+    argv += ["--max-model-len", str(max_model_len), "--seed", str(seed)]
     if max_num_seqs is not None:
         argv += ["--max-num-seqs", str(max_num_seqs)]
     argv += ["--generation-config", "vllm"]  # vLLM's sampling defaults, not the checkpoint's generation_config.json
@@ -157,11 +171,11 @@ def vllm_serve_spec(
         argv += ["--dtype", "float32", "--enforce-eager", "--no-enable-chunked-prefill"]
         argv += ["--max-num-batched-tokens", str(max(max_model_len, 2048))]
         env["VLLM_CPU_KVCACHE_SPACE"] = f"{kv_cache_gib:g}"
-        return VllmServeSpec(argv=argv, env=env, host=host, port=port, served_model_name=name)
+        return VllmServeSpec(argv, env, host, port, name, token_file)
     argv += ["--tensor-parallel-size", str(tensor_parallel), "--gpu-memory-utilization", str(gpu_memory_utilization)]
     argv += ["--dtype", "bfloat16", "--enable-prefix-caching"]
     if language_model_only:
         argv += ["--language-model-only"]  # text-only harness: no vision tower for Qwen3.5 / 3.6
     argv += ["--weight-transfer-config", json.dumps({"backend": weight_transfer_backend}, separators=(",", ":"))]
     argv += ["--worker-extension-cls", WORKER_EXTENSION]
-    return VllmServeSpec(argv=argv, env=env, host=host, port=port, served_model_name=name)
+    return VllmServeSpec(argv, env, host, port, name, token_file)

@@ -52,6 +52,7 @@ from envs.faults import FaultInjector
 from envs.files import staged_dir
 from envs.harness.engine_client import Completion, CompletionsClient, Sampling
 from envs.openai_http import ApiClient, ApiError
+from envs.tokens import bearer_keys
 from trainer.engine.types import CONTROL_TOKEN_ENV
 from trainer.engine.weight_sync import WeightSource
 
@@ -85,6 +86,8 @@ class RemoteEngines(BaseModel):
     """Per control call (pause, load, resume)."""
     untied_head: bool = False
     """The engines serve a tied model untied (``untied_copy``): every weights folder gets ``lm_head.weight``."""
+    token_file: Path | None = None
+    """The run's engine token (``envs.tokens``), sent on every request: a gated engine refuses all without it."""
 
 
 class EngineControlError(RuntimeError):
@@ -110,13 +113,14 @@ class RemoteFleet:
         token: str | None = None,
     ) -> None:
         """``faults``: the run's engine faults around every completion; ``transport``: an httpx transport for every
-        call (an in-process app in tests); ``token``: the control token (default ``$RL_RECIPE_ENGINE_TOKEN``)."""
+        call (an in-process app in tests); ``token``: the control token when the engines have no token file (default
+        ``$RL_RECIPE_ENGINE_TOKEN``, what our engine's control routes want)."""
         self.engines = engines
         self.version = 0
         token = token or os.environ.get(CONTROL_TOKEN_ENV)
-        keys = [SecretStr(token)] if token else ()
+        keys = bearer_keys(engines.token_file) or ([SecretStr(token)] if token else [])
         self._clients = [
-            CompletionsClient(url, engines.model, engines.timeout_s, faults=faults, transport=transport)
+            CompletionsClient(url, engines.model, engines.timeout_s, faults=faults, transport=transport, keys=keys)
             for url in engines.urls
         ]
         self._control = [

@@ -1,9 +1,11 @@
 """One vLLM engine as a process this one owns: started behind ``guard`` (a keeper detached from this process that
-ends the server when this process is gone), health-checked until it serves, stopped with its whole process group.
+ends the server when this process is gone) and its ``gate`` (the only listener, which wants the run's token),
+health-checked until it serves, stopped with its whole process group.
 
-    with VllmServer(vllm_serve_spec(model, tensor_parallel=1, max_model_len=1024, device=Device.CPU, port=port),
-                    log_path=Path("engine.log")) as server:
-        server.base_url                      # http://127.0.0.1:PORT, answering /health
+    spec = vllm_serve_spec(model, tensor_parallel=1, max_model_len=1024, device=Device.CPU, port=port,
+                           token_file=root / "token")
+    with VllmServer(spec, log_path=Path("engine.log")) as server:
+        server.base_url                      # http://127.0.0.1:PORT, answering /health to the token's holder
 
 Start-up is bounded (``start_timeout_s``): a server that exits or does not answer ``/health`` in time raises
 ``EngineStartError`` with the tail of its log — the usual causes (a missing interpreter, a model folder the node cannot
@@ -23,6 +25,7 @@ from types import TracebackType
 import httpx
 
 from envs.errors import RecipeError
+from envs.tokens import read_token_file
 from trainer.vllm.guard import start_time
 from trainer.vllm.launch import VllmServeSpec
 
@@ -44,10 +47,11 @@ def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
         return "(no log)"
 
 
-def healthy(base_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
-    """``GET /health`` answered 200 within ``timeout_s``."""
+def healthy(base_url: str, token: str | None = None, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    """``GET /health`` (with ``token``, as a gated engine wants) answered 200 within ``timeout_s``."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        return httpx.get(f"{base_url}/health", timeout=timeout_s).status_code == 200
+        return httpx.get(f"{base_url}/health", headers=headers, timeout=timeout_s).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -65,10 +69,14 @@ class VllmServer:
         return self.spec.base_url
 
     def start(self) -> None:
+        if self.spec.token_file is None:
+            raise EngineStartError("an engine needs the run's token file (VllmServeSpec.token_file): its gate wants it")
+        token = read_token_file(self.spec.token_file)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         pidfile = self.log_path.with_suffix(".guard")
         pidfile.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "trainer.vllm.guard", str(os.getpid()), str(pidfile), "--", *self.spec.argv]
+        guard = [sys.executable, "-m", "trainer.vllm.guard", str(os.getpid()), str(pidfile), "--"]
+        command = [*guard, *self.spec.launch_argv(sys.executable)]
         tick = time.monotonic()
         with self.log_path.open("ab") as log:
             try:
@@ -82,7 +90,7 @@ class VllmServer:
             raise EngineStartError(f"the engine's guard did not start; its log ends:\n{log_tail(self.log_path)}")
         pid = int(pidfile.read_text())
         self._guard = (pid, start_time(pid))
-        while not healthy(self.base_url):
+        while not healthy(self.base_url, token):
             if not self.alive():
                 self._guard = None
                 raise EngineStartError(
