@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -116,13 +117,26 @@ class GateReport(BaseModel):
         lines += ["| criterion | measured | needs | verdict | detail |", "|---|---|---|---|---|"]
         for c in self.criteria:
             mark = "pass" if c.passed else "**FAIL**"
-            lines.append(f"| {c.name} | {fmt(c.measured)} | {c.op} {fmt(c.threshold)} | {mark} | {c.detail} |")
+            name, detail = plain(c.name), plain(c.detail)
+            lines.append(f"| {name} | {fmt(c.measured)} | {c.op} {fmt(c.threshold)} | {mark} | {detail} |")
         if self.findings:
             lines += ["", "## Findings", ""]
             for f in self.findings:
                 rate = "" if f.rate is None else f" ({f.rate:.1%})"
-                lines.append(f"- **{f.subject}**{rate}: {f.problem} → {f.advice}")
+                lines.append(f"- **{plain(f.subject)}**{rate}: {plain(f.problem)} → {plain(f.advice)}")
         return "\n".join(lines) + "\n"
+
+
+_MARKDOWN = re.compile(r"([\\`*\[\]|])")
+"""What could turn text into a link or an image (``[``, ``]``), a code span, emphasis or a new table cell."""
+
+
+def plain(text: str) -> str:
+    """``text`` shown as written in markdown: no HTML (``<img onerror>`` becomes text), no link, emphasis or table
+    cell break (``[x](javascript:…)`` stays literal), on one line. Details and findings quote tool errors, task ids
+    and model output, none of which is ours to render."""
+    flat = " ".join(text.split())
+    return _MARKDOWN.sub(r"\\\1", flat.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
 
 
 def fmt(value: float | None) -> str:

@@ -67,6 +67,8 @@ MAX_COMPARE = 200
 MAX_SIGNATURES = 20
 MAX_STEPS = 20_000
 LOCK_TIMEOUT_S = 10.0
+INT64 = range(-(2**63), 2**63)
+"""What a DuckDB BIGINT holds (ids, versions, offsets): a number past it is refused before it reaches a query."""
 IN_IDS = "IN (SELECT unnest(?::BIGINT[]))"
 """``id IN`` a list of ids bound as one parameter."""
 
@@ -107,6 +109,8 @@ def _number(params: Mapping[str, str], name: str, kind: type[int] | type[float])
         raise QueryError(f"{name} must be a{'n integer' if kind is int else ' number'}, not {value!r}") from None
     if isinstance(number, float) and not math.isfinite(number):
         raise QueryError(f"{name} must be finite, not {value!r}")
+    if isinstance(number, int) and number not in INT64:
+        raise QueryError(f"{name} must be an integer DuckDB can hold (|n| < 2**63), not {value}")
     return number
 
 
@@ -434,7 +438,10 @@ class Explorer:
         return clean({"total": total[0]["n"] if total else 0, "offset": page.offset, "limit": page.limit, "rows": rows})
 
     def trajectory(self, trajectory_id: int) -> dict[str, Any] | None:
-        """One trajectory turn by turn (``tokens.trajectory_view``), or None when there is no such id."""
+        """One trajectory turn by turn (``tokens.trajectory_view``), or None when there is no such id (one past
+        what a BIGINT holds included: the catalog cannot hold it, so there is none)."""
+        if trajectory_id not in INT64:
+            return None
         return self.trajectory_views([trajectory_id]).get(trajectory_id)
 
     @_one_connection

@@ -137,6 +137,17 @@ def test_an_explorer_offset_out_of_range_is_a_one_line_400(explorer, caplog) -> 
     assert not [record for record in caplog.records if record.exc_info]  # no traceback in the log
 
 
+def test_an_explorer_trajectory_id_past_a_bigint_is_a_404_not_a_500(explorer, caplog) -> None:
+    """Red-team finding 11 (docs/reliability.md): ``/api/trajectories/<id ≥ 2^63>`` was a 500 (DuckDB's traceback)."""
+    client = TestClient(explorer_app(explorer), raise_server_exceptions=False)
+    for trajectory_id in (2**63, 2**64 + 5, 10**40):
+        response = client.get(f"/api/trajectories/{trajectory_id}")
+        assert response.status_code == 404 and response.json()["error"] == f"no trajectory {trajectory_id}"
+    weight = client.get("/api/trajectories", params={"weight_version": str(2**63)})
+    assert weight.status_code == 400 and "weight_version must be an integer DuckDB can hold" in weight.json()["error"]
+    assert not [record for record in caplog.records if record.exc_info]  # no traceback in the log
+
+
 # --- 9: judge keys and URLs ------------------------------------------------------------------------------------------
 
 KEY = "sk-al/pha+0001="

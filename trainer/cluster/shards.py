@@ -12,7 +12,10 @@ its shard folder; the stage that follows the job reads them back into the catalo
 Every file is written whole (temp file + rename). A step is the unit of change: a job resumed from its checkpoint
 at step c re-runs steps c+1…, and the first shard it writes for a step replaces every shard the killed attempt had
 written for it; the reader hands out a step again whenever its set of files changed, and the ingester replaces that
-step's rows. So a catalog built from the shards holds each step once, whatever was killed and resumed.
+step's rows. So a catalog built from the shards holds each step once, whatever was killed and resumed. The reader
+takes only names the writer makes: anything else in the folders (a ``notes.json``, a ``2-0.jsonl`` beside
+``000002-0.jsonl``) is skipped with one warning, so it can neither stop the ingest nor count a step twice; a shard that
+is not UTF-8 text is a one-line ``ShardError``.
 
     writer = ShardWriter(job_dir / "shards")
     writer.step(record); writer.rollouts(5, trajectories)
@@ -23,6 +26,8 @@ step's rows. So a catalog built from the shards holds each step once, whatever w
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,10 @@ from envs.types import Trajectory
 from trainer.loops.history import StepRecord
 
 STEPS, ROLLOUTS = "steps", "rollouts"
+SHARD_NAMES = {STEPS: re.compile(r"\d{6}\.json"), ROLLOUTS: re.compile(r"\d{6}-\d{1,9}\.jsonl")}
+"""The names ``ShardWriter`` gives its files: the only ones the reader takes."""
+
+logger = logging.getLogger(__name__)
 
 
 def _step_of(path: Path) -> int:
@@ -82,13 +91,17 @@ class ShardReader:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._seen: dict[int, frozenset[tuple[str, int, int]]] = {}
+        self._skipped: set[Path] = set()
 
     def _files(self) -> dict[int, list[Path]]:
         by_step: dict[int, list[Path]] = {}
-        for folder, pattern in ((STEPS, "*.json"), (ROLLOUTS, "*.jsonl")):
-            for path in (self.root / folder).glob(pattern):
-                if not path.name.startswith("."):  # a temp file being written
+        for folder, name in SHARD_NAMES.items():
+            for path in (self.root / folder).glob("*"):
+                if name.fullmatch(path.name):
                     by_step.setdefault(_step_of(path), []).append(path)
+                elif not path.name.startswith(".") and path not in self._skipped:  # dot files: temp files in flight
+                    self._skipped.add(path)
+                    logger.warning("skipping %s: not a shard the job writes (%s/%s)", path, folder, name.pattern)
         return by_step
 
     def changed(self) -> list[StepShards]:
@@ -114,7 +127,13 @@ class ShardError(RecipeError, ValueError):
 def _read(step: int, paths: list[Path]) -> StepShards:
     shards = StepShards(step)
     for path in sorted(paths):
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ShardError(
+                f"the job's shard {path} is not UTF-8 text (byte {error.object[error.start]:#04x} at offset "
+                f"{error.start}): it was not written by a job of this code, or was damaged on storage"
+            ) from None
         try:
             if path.parent.name == STEPS:
                 shards.record = StepRecord.model_validate(json.loads(text))
