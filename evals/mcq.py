@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.errors import RecipeError
+from envs.harness.parsing import strip_think
 from envs.jsonio import JsonError, json_lines, parse_json
 from envs.openai_http import ApiClient, ApiError, first_choice
 from envs.tokens import bearer_keys
@@ -152,6 +153,7 @@ _PATTERNS: tuple[re.Pattern[str], ...] = (_EXPLICIT, _PARENTHESISED, _STANDALONE
 def extract_choice(text: str, n_choices: int) -> str | None:
     """The letter (upper case) a reply chose among the first ``n_choices``, or ``None`` (scored as wrong)."""
     valid = LETTERS[:n_choices]
+    text = strip_think(text)  # a reasoning model's thoughts name other letters first
     for pattern in _PATTERNS:
         letters = [m.group(1).upper() for m in pattern.finditer(text) if m.group(1).upper() in valid]
         if letters:

@@ -121,9 +121,12 @@ class BootstrapResult:
 
 
 def harness_config(spec: BootstrapSpec) -> HarnessConfig:
-    """The harness the base is trained for and evaluated with: compact tool listing, short turns."""
+    """The harness the base is trained for and evaluated with: compact tool listing, short turns, the spec's
+    tool-call dialect and thinking."""
     return HarnessConfig(
         tool_listing=spec.tool_listing,
+        tool_format=spec.tool_format,
+        thinking=spec.thinking,
         system_prompt=spec.system_prompt,
         max_turns=spec.max_turns,
         max_tokens_per_turn=spec.max_tokens_per_turn,
@@ -267,10 +270,11 @@ def _world_texts(worlds_root: Path) -> list[str]:
 
 
 def tokenizer_corpus(
-    worlds_root: Path, tasks: Sequence[TaskSpec], traces: Sequence[Trace], system_text: str
+    worlds_root: Path, tasks: Sequence[TaskSpec], traces: Sequence[Trace], system_text: str, config: HarnessConfig
 ) -> list[str]:
-    """World text files, task prompts, the system prompt and every trace's assistant turns and observations."""
-    trace_texts = [text for trace in traces for text in trace.assistant_texts()]
+    """World text files, task prompts, the system prompt and every trace's assistant turns (as the policy of
+    ``config`` writes them) and observations."""
+    trace_texts = [text for trace in traces for text in trace.assistant_texts(config)]
     observations = [call.observation for trace in traces for call in trace.calls]
     return [*_world_texts(worlds_root), *(t.prompt for t in tasks), system_text, *trace_texts, *observations]
 
@@ -438,17 +442,20 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     through ``run_agent`` to check the layout token for token."""
     config = imitation.config
     system_texts = [
-        compact_system_prompt(config.system_prompt, specs, config.tool_listing)
+        compact_system_prompt(config.system_prompt, specs, config.tool_listing, config.tool_format)
         for harness, specs in imitation.tool_specs.items()
         if harness is HarnessKind.MCP or any(trace.harness is harness for trace in imitation.traces)
     ]
     train_tasks = list(imitation.tasks_by_id.values())
-    corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts))
-    terminal_texts = terminal_examples.corpus_texts(imitation.terminal_tasks)
+    corpus = tokenizer_corpus(imitation.worlds_root, train_tasks, imitation.traces, "\n".join(system_texts), config)
+    terminal_texts = terminal_examples.corpus_texts(imitation.terminal_tasks, config)
     if imitation.terminal_tasks:
         specs = imitation.tool_specs[HarnessKind.TERMINAL]
-        terminal_texts.append(compact_system_prompt(config.system_prompt, specs, config.tool_listing))
-    tokenizer = train_tokenizer([*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts], spec.vocab_size)
+        terminal_texts.append(
+            compact_system_prompt(config.system_prompt, specs, config.tool_listing, config.tool_format)
+        )
+    texts = [*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts]
+    tokenizer = train_tokenizer(texts, spec.vocab_size, spec.tool_format)
     rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
     examples = []
     for trace in imitation.traces:
@@ -456,7 +463,7 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
             task = imitation.tasks_by_id[trace.task_id]
             rendered[id(trace)] = render_trace(tokenizer, task, trace, imitation.tool_specs[trace.harness], config)
         examples.append(rendered[id(trace)])
-    examples += mcq_examples(tokenizer, imitation.mcq_rows, spec.mcq_examples_per_question)
+    examples += mcq_examples(tokenizer, imitation.mcq_rows, spec.mcq_examples_per_question, config)
     # Recorded with the turn limit the base's harness.json gives the terminal harness (policy_harness).
     terminal_config = policy_harness(spec).for_terminal().harness
     examples += terminal_examples.terminal_examples(

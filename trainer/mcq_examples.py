@@ -23,8 +23,11 @@ from collections.abc import Sequence
 from transformers import PreTrainedTokenizerBase
 
 from envs.harness.chat import encode, eos_token_id, render
+from envs.harness.config import HarnessConfig
 from evals.mcq import McqRow, format_prompt
-from trainer.traces import TokenizedTrace
+from trainer.traces import DEFAULT_HARNESS, TokenizedTrace, turn_text
+
+MCQ_THOUGHT = "The question names one right option."
 
 
 def reply_text(row: McqRow) -> str:
@@ -43,13 +46,21 @@ def corpus_texts(rows: Sequence[McqRow]) -> list[str]:
     return [text for row in rows for text in (format_prompt(row), reply_text(row))]
 
 
-def mcq_example(tokenizer: PreTrainedTokenizerBase, row: McqRow) -> TokenizedTrace:
-    """prompt ids (mask 0) | encode(reply) + EOS (mask 1)."""
+def mcq_example(
+    tokenizer: PreTrainedTokenizerBase, row: McqRow, config: HarnessConfig = DEFAULT_HARNESS
+) -> TokenizedTrace:
+    """prompt ids (mask 0) | encode(reply) + EOS (mask 1); the reply opens with its reasoning when the policy of
+    ``config`` thinks."""
     prompt = encode(tokenizer, prompt_text(tokenizer, row))
-    reply = [*encode(tokenizer, reply_text(row)), eos_token_id(tokenizer)]
+    reply = [*encode(tokenizer, turn_text(reply_text(row), MCQ_THOUGHT, config)), eos_token_id(tokenizer)]
     return TokenizedTrace(prompt + reply, [0] * len(prompt) + [1] * len(reply))
 
 
-def mcq_examples(tokenizer: PreTrainedTokenizerBase, rows: Sequence[McqRow], per_question: int) -> list[TokenizedTrace]:
+def mcq_examples(
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[McqRow],
+    per_question: int,
+    config: HarnessConfig = DEFAULT_HARNESS,
+) -> list[TokenizedTrace]:
     """Every row's example ``per_question`` times (one object each: rendered once, drawn as often)."""
-    return [example for row in rows for example in [mcq_example(tokenizer, row)] * per_question]
+    return [example for row in rows for example in [mcq_example(tokenizer, row, config)] * per_question]

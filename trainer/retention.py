@@ -99,7 +99,7 @@ def _terminal(imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec:
 
 def _mcq(imitation: ImitationSet, tokenizer: PreTrainedTokenizerBase, spec: BootstrapSpec) -> list[TokenizedTrace]:
     """Each taught multiple-choice question once."""
-    return mcq_examples(tokenizer, imitation.mcq_rows, per_question=1)
+    return mcq_examples(tokenizer, imitation.mcq_rows, per_question=1, config=imitation.config)
 
 
 ExampleSource = Callable[[ImitationSet, PreTrainedTokenizerBase, BootstrapSpec], list[TokenizedTrace]]

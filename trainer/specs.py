@@ -10,6 +10,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.harness.chat import ToolListing
+from envs.harness.tool_formats.base import ToolFormatName
 from envs.options import APP_NAMES
 from envs.types import Tier
 
@@ -93,6 +94,13 @@ class BootstrapSpec(BaseModel):
         "the error text, which keeps the copy skill practised on text it never saw",
     )
     tool_listing: ToolListing = Field(ToolListing.SIGNATURES, description="how the first prompt lists the tools")
+    tool_format: ToolFormatName = Field(
+        ToolFormatName.HERMES_JSON,
+        description="the tool-call dialect the base learns (the profile's harness.tool_format)",
+    )
+    thinking: bool | None = Field(
+        None, description="the base reasons in <think> before each turn (the profile's harness.thinking)"
+    )
     system_prompt: str = Field(SMALL_MODEL_INSTRUCTIONS, min_length=1)
     worlds: tuple[int, ...] | None = Field(
         None,

@@ -29,7 +29,7 @@ from envs.harness.chat import encode, eos_token_id
 from envs.harness.harbor import harbor_task_dir
 from envs.harness.terminal import terminal_envs
 from envs.types import TaskSpec
-from trainer.traces import ReplayEngine, TokenizedTrace, tool_call_text
+from trainer.traces import ANSWER_THOUGHT, DEFAULT_HARNESS, ReplayEngine, TokenizedTrace, tool_call_text, turn_text
 
 ANSWER = "Done."
 """The final turn after the command ran (the verifier grades the files, not this text)."""
@@ -43,20 +43,21 @@ def solution_command(task: TaskSpec) -> str:
     return "\n".join(lines).strip()
 
 
-def assistant_texts(task: TaskSpec) -> list[str]:
-    """The taught turns: the solution as a ``bash`` call, then ``ANSWER``."""
-    return [tool_call_text("bash", {"command": solution_command(task)}), ANSWER]
+def assistant_texts(task: TaskSpec, config: HarnessConfig = DEFAULT_HARNESS) -> list[str]:
+    """The taught turns, as the policy of ``config`` writes them: the solution as a ``bash`` call, then ``ANSWER``."""
+    call = tool_call_text("bash", {"command": solution_command(task)}, config.tool_format)
+    return [turn_text(call, "Next I call bash.", config), turn_text(ANSWER, ANSWER_THOUGHT, config)]
 
 
-def corpus_texts(tasks: Sequence[TaskSpec]) -> list[str]:
+def corpus_texts(tasks: Sequence[TaskSpec], config: HarnessConfig = DEFAULT_HARNESS) -> list[str]:
     """The texts the tokenizer should know: every instruction and taught turn."""
-    return [text for task in tasks for text in (task.prompt, *assistant_texts(task))]
+    return [text for task in tasks for text in (task.prompt, *assistant_texts(task, config))]
 
 
 async def terminal_example(tokenizer: PreTrainedTokenizerBase, task: TaskSpec, config: HarnessConfig) -> TokenizedTrace:
     """``task``'s taught turns replayed in a fresh sandbox of the task: the rollout's tokens, loss on the turns."""
     eos = eos_token_id(tokenizer)
-    turns = [[*encode(tokenizer, text), eos] for text in assistant_texts(task)]
+    turns = [[*encode(tokenizer, text), eos] for text in assistant_texts(task, config)]
     longest = max(len(turn) for turn in turns)
     if longest > config.max_tokens_per_turn:
         raise ValueError(

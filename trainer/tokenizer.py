@@ -1,9 +1,9 @@
 """Build the project's own byte-level BPE tokenizer with a Qwen-style chat template.
 
 No model hub is reachable, so the local profile trains its tokenizer on the task corpus. The special tokens and the
-chat template follow Qwen2.5/Qwen3 (`<|im_start|>role\\n...<|im_end|>`, hermes-style `<tool_call>` blocks, tool
-results as a user turn wrapped in `<tool_response>`), so the harness code that drives a real Qwen checkpoint drives
-the tiny model unchanged.
+chat template follow Qwen2.5/Qwen3 (`<|im_start|>role\\n...<|im_end|>`, `<tool_call>` blocks in the policy's
+dialect — Hermes JSON or Qwen3-Coder XML — tool results as a user turn wrapped in `<tool_response>`), so the harness
+code that drives a real Qwen checkpoint drives the tiny model unchanged.
 
 One deliberate difference from Qwen's template: the newline that separates two turns is emitted *before* the next
 `<|im_start|>` instead of after each `<|im_end|>`. The rendered text of a whole conversation with a generation prompt
@@ -29,6 +29,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import PreTrainedTokenizerFast
 
 from envs.files import staged_dir
+from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -45,18 +46,16 @@ MARKUP_TOKENS: tuple[str, ...] = (
     "</think>",
 )
 
-# Qwen-style template; see the module docstring for the separator placement that keeps it prefix-stable.
-CHAT_TEMPLATE = """\
+# Qwen-style template; see the module docstring for the separator placement that keeps it prefix-stable. The tool
+# listing and an assistant turn's calls come from the dialect (``envs.harness.tool_formats``); ``enable_thinking``
+# false closes an empty reasoning block in the generation prompt, as Qwen3's templates do.
+_TEMPLATE = """\
 {%- macro sep(first) %}{% if not first %}{{ '\\n' }}{% endif %}{% endmacro -%}
 {%- if tools %}
     {{- '<|im_start|>system\\n' }}
     {%- if messages and messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}
-    {{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n' }}
-    {{- 'You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}
-    {%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}
-    {{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within '
-        '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
-        '\\n</tool_call><|im_end|>' }}
+    @TOOLS@
+    {{- '<|im_end|>' }}
 {%- endif %}
 {%- for message in messages %}
     {%- set first = loop.first and not tools %}
@@ -68,10 +67,7 @@ CHAT_TEMPLATE = """\
         {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
         {%- for tool_call in message.tool_calls %}
             {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}
-            {%- if tool_call.arguments is string %}{{- tool_call.arguments }}
-            {%- else %}{{- tool_call.arguments | tojson }}{%- endif %}
-            {{- '}\\n</tool_call>' }}
+            @CALL@
         {%- endfor %}
         {{- '<|im_end|>' }}
     {%- elif message.role == 'tool' %}
@@ -82,12 +78,22 @@ CHAT_TEMPLATE = """\
 {%- endfor %}
 {%- if add_generation_prompt %}
     {{- '\\n<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and not enable_thinking %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}
 {%- endif %}
 """
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE (GPT-2/Qwen pre-tokenisation, single digits, 256 byte alphabet) on `texts`.
+def chat_template(tool_format: ToolFormatName = ToolFormatName.HERMES_JSON) -> str:
+    """The project's chat template, with the tool listing and the calls of ``tool_format``."""
+    pieces = TOOL_FORMATS[tool_format].template
+    return _TEMPLATE.replace("@TOOLS@", pieces.tools).replace("@CALL@", pieces.call)
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int = 4096, tool_format: ToolFormatName = ToolFormatName.HERMES_JSON
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE (GPT-2/Qwen pre-tokenisation, single digits, 256 byte alphabet) on `texts`, with the
+    chat template of ``tool_format``.
 
     Every byte is in the initial alphabet, so any string round-trips: decode(encode(s)) == s. len(tokenizer) is at
     most `vocab_size` (less when the corpus runs out of merges).
@@ -117,7 +123,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedT
         tokenizer_object=backend,
         eos_token=IM_END,
         pad_token=END_OF_TEXT,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(tool_format),
         model_max_length=1 << 30,
         clean_up_tokenization_spaces=False,
     )

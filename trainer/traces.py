@@ -32,7 +32,6 @@ sampled the same assistant text (``chat.prompt_ids`` + sampled ids + EOS + ``tur
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -55,12 +54,17 @@ from envs.harness.chat import (
 )
 from envs.harness.code_tools import DEFAULT_BASH_TIMEOUT_S, app_cli_command
 from envs.harness.engine_client import Completion, Sampling
+from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName
 from envs.harness.tools import InProcessSession
 from envs.mcp.servers import mcp_name
 from envs.oracle import require_oracle, run_oracle, substitute
 from envs.types import GradeResult, TaskSpec
 from evals.spec import HarnessKind
 from trainer.specs import NoiseKind
+
+DEFAULT_HARNESS = HarnessConfig()
+ANSWER_THOUGHT = "I have what the task asks for."
+"""The reasoning a thinking policy's bootstrap traces open their answer turn with (each call's: which tool is next)."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,16 @@ class Trace:
     swapped: bool = False  # the last observation (and so the answer) was replaced: not what the world returns
     harness: HarnessKind = HarnessKind.MCP  # MCP: the app tools RL trains with; CODE_ONLY: bash over the app CLI
 
-    def assistant_texts(self) -> list[str]:
-        """One text per assistant turn: each call as a ``<tool_call>`` block, then the answer."""
-        return [tool_call_text(call.tool, call.args) for call in self.calls] + [self.answer]
+    def assistant_texts(self, config: HarnessConfig = DEFAULT_HARNESS) -> list[str]:
+        """One text per assistant turn as the policy of ``config`` writes it: each call in its dialect, then the
+        answer; with thinking on, each turn opens with its reasoning (``turn_text``)."""
+        calls = [
+            turn_text(
+                tool_call_text(call.tool, call.args, config.tool_format), f"Next I call {called(call.tool)}.", config
+            )
+            for call in self.calls
+        ]
+        return [*calls, turn_text(self.answer, ANSWER_THOUGHT, config)]
 
 
 @dataclass(frozen=True)
@@ -91,11 +102,21 @@ class TokenizedTrace:
     loss_mask: list[int]  # 1 = assistant (model-generated) token
 
 
-def tool_call_text(tool: str, args: Mapping[str, Any]) -> str:
-    """The assistant text of one call: ``<tool_call>\\n{"name": <MCP name>, "arguments": {...}}\\n</tool_call>``
-    (an app tool by its MCP name, a code-only tool by its own)."""
-    name = mcp_name(tool) if tool in TOOLS else tool
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': dict(args)})}\n</tool_call>"
+def tool_call_text(tool: str, args: Mapping[str, Any], tool_format: ToolFormatName = ToolFormatName.HERMES_JSON) -> str:
+    """The assistant text of one call in ``tool_format`` (an app tool by its MCP name, a code-only tool by its own):
+    ``<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`` in Hermes JSON."""
+    return TOOL_FORMATS[tool_format].call_text(called(tool), args)
+
+
+def called(tool: str) -> str:
+    """The name the model calls a tool by: an app tool's MCP name, a code-only tool's own."""
+    return mcp_name(tool) if tool in TOOLS else tool
+
+
+def turn_text(text: str, thought: str, config: HarnessConfig) -> str:
+    """An assistant turn as a policy with ``config.thinking`` on writes it: its reasoning in ``<think>`` first (the
+    tokens are sampled and trained on; the harness drops them before parsing)."""
+    return f"<think>\n{thought}\n</think>\n\n{text}" if config.thinking else text
 
 
 def observe(world: World, tool: str, args: Mapping[str, Any]) -> str:
@@ -301,9 +322,10 @@ def render_trace(
     | encode(answer) + EOS (mask 1). A turn longer than ``config.max_tokens_per_turn`` is refused (``ValueError``).
     """
     eos, close = eos_token_id(tokenizer), turn_close_ids(tokenizer)
-    tokens = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), tools, config.tool_listing)
+    messages = initial_messages(config.system_prompt, task.prompt)
+    tokens = prompt_ids(tokenizer, messages, tools, config.tool_listing, config.tool_format, config.thinking)
     mask = [0] * len(tokens)
-    for turn, text in enumerate(trace.assistant_texts()):
+    for turn, text in enumerate(trace.assistant_texts(config)):
         sampled = [*encode(tokenizer, text), eos]
         if len(sampled) > config.max_tokens_per_turn:  # the policy could never sample it: imitating it teaches nothing
             raise ValueError(
@@ -314,7 +336,7 @@ def render_trace(
         mask += [1] * len(sampled)
         if turn < len(trace.calls):
             shown = truncate_tool_result(trace.calls[turn].observation, config.tool_result_max_chars)
-            observation = close + delta_ids(tokenizer, [tool_result_message(shown)])
+            observation = close + delta_ids(tokenizer, [tool_result_message(shown)], config.thinking)
             tokens += observation
             mask += [0] * len(observation)
     return TokenizedTrace(tokens, mask)
@@ -350,7 +372,7 @@ async def check_parity(
     """Replay ``trace`` through ``run_agent`` with ``session`` (real tools over a private world copy, of the trace's
     harness) and compare token for token."""
     eos = eos_token_id(tokenizer)
-    engine = ReplayEngine([[*encode(tokenizer, text), eos] for text in trace.assistant_texts()])
+    engine = ReplayEngine([[*encode(tokenizer, text), eos] for text in trace.assistant_texts(config)])
     async with session as tools:
         trajectory = await run_agent(
             task,

@@ -156,7 +156,7 @@ def _observation_ids(
 ) -> tuple[list[int], bool]:
     """closing + delta of the observations; with the nudge on, a notice on the last one when context runs short.
     The flag says whether the notice is in."""
-    ids = closing + delta_ids(tokenizer, observations)
+    ids = closing + delta_ids(tokenizer, observations, config.thinking)
     if not config.context_nudge:
         return ids, False
     left = 1.0 - (used + len(ids)) / config.context_budget_tokens
@@ -166,7 +166,7 @@ def _observation_ids(
         **observations[-1],
         "content": observations[-1]["content"] + context_nudge_text(max(0, math.floor(100 * left))),
     }
-    return closing + delta_ids(tokenizer, [*observations[:-1], last]), True
+    return closing + delta_ids(tokenizer, [*observations[:-1], last], config.thinking), True
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,9 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
         specs = await tools.list_tools()
     except Exception as error:
         raise _ToolTransportError(f"list_tools failed: {type(error).__name__}: {error}") from error
-    first = prompt_ids(tokenizer, initial_messages(config.system_prompt, task.prompt), specs, config.tool_listing)
+    messages = initial_messages(config.system_prompt, task.prompt)
+    first = prompt_ids(tokenizer, messages, specs, config.tool_listing, config.tool_format, config.thinking)
+    schemas = {spec["name"]: spec.get("input_schema") or {} for spec in specs}
     _append(trajectory, first)
     trajectory.prompt_len = len(first)
     if len(first) >= budget:
@@ -234,7 +236,8 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
                 return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.MODEL, message)
             message = f"turn {turn} hit max_tokens_per_turn={config.max_tokens_per_turn}"
             return _stop(trajectory, StopReason.LENGTH, ErrorClass.MODEL, message)
-        parsed = parse_turn(tokenizer.decode(completion.token_ids, skip_special_tokens=True))
+        text = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+        parsed = parse_turn(text, config.tool_format, schemas)
         if parsed.final_answer is not None:
             trajectory.final_answer = parsed.final_answer
             return _stop(trajectory, StopReason.STOP, None, None)
@@ -243,7 +246,7 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
             if parse_failures > config.max_parse_retries:
                 message = f"{parse_failures} unparsable tool-call turns in a row; last: {'; '.join(parsed.errors)}"
                 return _stop(trajectory, StopReason.ERROR, ErrorClass.MODEL, message)
-            observations = [correction_message(parsed.errors)]
+            observations = [correction_message(parsed.errors, config.tool_format)]
         else:
             parse_failures = 0
             observations = [

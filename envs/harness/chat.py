@@ -1,8 +1,10 @@
 """Render the conversation with the tokenizer's own chat template, and tokenise only what is new (TITO).
 
 Works with any HF tokenizer whose template is Qwen-style: ``<|im_start|>role\\n…<|im_end|>``, tools advertised from
-the template's ``tools`` argument, tool calls as ``<tool_call>{json}</tool_call>``, tool results rendered as a user turn
-wrapped in ``<tool_response>``. History is never re-rendered: the rollout's ids are
+the template's ``tools`` argument, tool calls in the policy's dialect (``envs.harness.tool_formats``: Hermes JSON or
+Qwen3-Coder XML), tool results rendered as a user turn wrapped in ``<tool_response>``, ``enable_thinking`` passed to
+the template (Qwen3's switch: off, the generation prompt holds an empty ``<think></think>``). History is never
+re-rendered: the rollout's ids are
 
     prompt_ids(system + user, generation prompt)
     + sampled ids of turn 1 (ending in EOS ``<|im_end|>``) + turn_close_ids + delta_ids(observations of turn 1)
@@ -21,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName, call_example
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -50,9 +54,6 @@ class ToolListing(StrEnum):
     SIGNATURES = "signatures"  # one ``name(arg, arg=default)`` line per tool: the shortest listing, for tiny models
 
 
-COMPACT_CALL_FORMAT = (
-    'Call format: <tool_call>\n{"name": "<tool name>", "arguments": {"<arg>": "<value>"}}\n</tool_call>'
-)
 # A sentence ends at . ! ? followed by whitespace, except after the abbreviations "e.g." and "i.e.".
 _SENTENCE_END = re.compile(r"(?<![Ee]\.g\.)(?<![Ii]\.e\.)(?<=[.!?])\s")
 
@@ -76,11 +77,14 @@ def compact_tool_line(tool: Mapping[str, Any], describe: bool = True) -> str:
 
 
 def compact_system_prompt(
-    system_prompt: str, tools: Sequence[Mapping[str, Any]], listing: ToolListing = ToolListing.COMPACT
+    system_prompt: str,
+    tools: Sequence[Mapping[str, Any]],
+    listing: ToolListing = ToolListing.COMPACT,
+    tool_format: ToolFormatName = ToolFormatName.HERMES_JSON,
 ) -> str:
-    """The system prompt followed by a ``# Tools`` section, one line per tool, and the call format."""
+    """The system prompt followed by a ``# Tools`` section, one line per tool, and the dialect's call format."""
     lines = "\n".join(compact_tool_line(t, describe=listing is ToolListing.COMPACT) for t in tools)
-    return f"{system_prompt}\n\n# Tools\n{lines}\n\n{COMPACT_CALL_FORMAT}"
+    return f"{system_prompt}\n\n# Tools\n{lines}\n\nCall format: {call_example(TOOL_FORMATS[tool_format])}"
 
 
 def tool_definitions(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -100,13 +104,17 @@ def render(
     *,
     add_generation_prompt: bool = False,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    thinking: bool | None = None,
 ) -> str:
-    """The template's text for ``messages`` (``tools`` in the OpenAI function format)."""
+    """The template's text for ``messages`` (``tools`` in the OpenAI function format; ``thinking``: the template's
+    ``enable_thinking``, None: the template's default)."""
+    switch = {} if thinking is None else {"enable_thinking": thinking}
     return tokenizer.apply_chat_template(
         [dict(m) for m in messages],
         tools=list(tools) if tools else None,
         add_generation_prompt=add_generation_prompt,
         tokenize=False,
+        **switch,
     )
 
 
@@ -123,19 +131,24 @@ def prompt_ids(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]],
     listing: ToolListing = ToolListing.FULL,
+    tool_format: ToolFormatName = ToolFormatName.HERMES_JSON,
+    thinking: bool | None = None,
 ) -> list[int]:
-    """The first prompt: system (with the tool listing) + task, then the generation prompt.
+    """The first prompt: system (with the tool listing in the dialect's call format) + task, then the generation
+    prompt (``thinking``: the template's ``enable_thinking``).
 
     ``full``: the template renders the JSON schemas from its ``tools`` argument. ``compact``: the one-line listing is
     appended to the system message's text (``compact_system_prompt``) and the template gets no tools — a few hundred
     tokens instead of thousands, what a tiny model can attend over.
     """
     if listing is ToolListing.FULL:
-        return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools)))
+        text = render(tokenizer, messages, add_generation_prompt=True, tools=tool_definitions(tools), thinking=thinking)
+        return encode(tokenizer, text)
     if not messages or messages[0].get("role") != "system":
         raise ValueError("the compact tool listing goes into the system message; the first message must be one")
-    system = {**messages[0], "content": compact_system_prompt(str(messages[0].get("content", "")), tools, listing)}
-    return encode(tokenizer, render(tokenizer, [system, *messages[1:]], add_generation_prompt=True))
+    listed = compact_system_prompt(str(messages[0].get("content", "")), tools, listing, tool_format)
+    system = {**messages[0], "content": listed}
+    return encode(tokenizer, render(tokenizer, [system, *messages[1:]], add_generation_prompt=True, thinking=thinking))
 
 
 def eos_token_id(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -153,8 +166,11 @@ def turn_close_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return encode(tokenizer, text[text.rindex(eos) + len(eos) :])
 
 
-def delta_ids(tokenizer: PreTrainedTokenizerBase, new_messages: Sequence[Message]) -> list[int]:
-    """Ids of ``new_messages`` (observations) as rendered after an assistant turn, plus the next generation prompt.
+def delta_ids(
+    tokenizer: PreTrainedTokenizerBase, new_messages: Sequence[Message], thinking: bool | None = None
+) -> list[int]:
+    """Ids of ``new_messages`` (observations) as rendered after an assistant turn, plus the next generation prompt
+    (``thinking``: the template's ``enable_thinking``).
 
     delta = encode(render(base + new, generation prompt)[len(render(base)):]), base a fixed conversation ending in an
     assistant turn. render(base) must be a prefix of the longer render, or the template is not prefix-stable and
@@ -163,7 +179,7 @@ def delta_ids(tokenizer: PreTrainedTokenizerBase, new_messages: Sequence[Message
     if not new_messages:
         raise ValueError("delta_ids needs at least one new message")
     before = render(tokenizer, _BASE)
-    after = render(tokenizer, [*_BASE, *new_messages], add_generation_prompt=True)
+    after = render(tokenizer, [*_BASE, *new_messages], add_generation_prompt=True, thinking=thinking)
     if not after.startswith(before):
         raise ValueError(
             "the chat template is not prefix-stable: rendering new messages changed the text of earlier turns"
@@ -175,13 +191,14 @@ def tool_result_message(text: str) -> dict[str, str]:
     return {"role": "tool", "content": text}
 
 
-def correction_message(errors: Sequence[str]) -> dict[str, str]:
-    """A user turn telling the model why its tool call could not be parsed and how to write one."""
-    example = json.dumps({"name": "<tool name>", "arguments": {"<arg>": "<value>"}})
+def correction_message(
+    errors: Sequence[str], tool_format: ToolFormatName = ToolFormatName.HERMES_JSON
+) -> dict[str, str]:
+    """A user turn telling the model why its tool call could not be parsed and how to write one (in its dialect)."""
     problems = "\n".join(f"- {e}" for e in errors)
     return {
         "role": "user",
         "content": f"Your tool call could not be parsed, so nothing was run:\n{problems}\n"
-        f"Write each call as <tool_call>\n{example}\n</tool_call>, or reply without a tool call to give your final "
-        "answer.",
+        f"Write each call as {call_example(TOOL_FORMATS[tool_format])}, or reply without a tool call to give your "
+        "final answer.",
     }

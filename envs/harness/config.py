@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.harness.chat import ANSWER_INSTRUCTIONS, ToolListing
+from envs.harness.tool_formats.base import ToolFormatName
 
 
 class HarnessConfig(BaseModel):
@@ -32,4 +33,18 @@ class HarnessConfig(BaseModel):
     system_prompt: str = ANSWER_INSTRUCTIONS
     tool_listing: ToolListing = Field(
         ToolListing.FULL, description="full: JSON schemas via the template; compact: one line per tool (small models)"
+    )
+    tool_format: ToolFormatName = Field(
+        ToolFormatName.HERMES_JSON,
+        description="the model family's tool-call dialect: hermes_json (Qwen2.5/3), qwen3_xml (Qwen3-Coder/3.5/3.6)",
+    )
+    thinking: bool | None = Field(
+        None,
+        description="the model reasons in <think>…</think> before each turn (the chat template's enable_thinking; "
+        "false: the generation prompt closes an empty <think>; null: the template's default, unasked)",
+    )
+    reasoning_in_history: bool = Field(
+        True,
+        description="earlier turns' reasoning stays in context (Qwen3.6; Qwen3's template strips it on a re-render); "
+        "the token-in harness never re-renders, so this says what a chat route would see",
     )

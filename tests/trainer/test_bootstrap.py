@@ -14,6 +14,7 @@ from envs.build import build_environment, content_digest, load_manifest, load_ta
 from envs.harness.agent import AgentSetup, run_group
 from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import HARNESS_FILE, PolicyHarness, read_policy_harness, write_policy_harness
+from envs.harness.tool_formats import ToolFormatName
 from envs.harness.tools import LocalToolSession
 from envs.rollout import local_envs
 from envs.sandbox.world_copy import fork_world
@@ -202,6 +203,22 @@ def test_rendered_trace_equals_the_harness_rollout(cell_task, world, full_data, 
     broken = TokenizedTrace(rendered.tokens[:-2] + rendered.tokens[-1:], rendered.loss_mask[:-1])
     with pytest.raises(ParityError, match="differ"):
         asyncio.run(check_parity(tok, cell_task, wrong, broken, LocalToolSession(world, apps=APPS), config))
+
+
+@pytest.mark.parametrize("tool_format", list(ToolFormatName))
+def test_a_thinking_policys_trace_in_each_dialect_equals_the_harness_rollout(cell_task, world, tool_format):
+    """The named models' dialect (Qwen3-Coder XML) with reasoning before every turn: the trace the bootstrap teaches
+    is token for token what ``run_agent`` records when the policy samples it, and the harness reads its calls."""
+    spec = TINY.model_copy(update={"tool_format": tool_format, "thinking": True})
+    config = harness_config(spec).model_copy(update={"context_budget_tokens": 100_000})
+    clean = oracle_trace(cell_task, world)
+    texts = clean.assistant_texts(config)
+    assert texts[0].startswith("<think>\nNext I call sheets_read_cell.\n</think>\n\n<tool_call>\n")
+    assert ("<function=sheets_read_cell>" in texts[0]) is (tool_format is ToolFormatName.QWEN3_XML)
+    tools = asyncio.run(_tools())
+    tok = train_tokenizer([cell_task.prompt, *texts] * 5, vocab_size=400, tool_format=tool_format)
+    rendered = render_trace(tok, cell_task, clean, tools, config)
+    asyncio.run(check_parity(tok, cell_task, clean, rendered, LocalToolSession(world, apps=APPS), config))
 
 
 def test_a_code_only_trace_equals_the_code_only_harness_rollout(cell_task, world):
