@@ -628,6 +628,9 @@ class Defect(StrEnum):
     SLOW_TOOL = "slow_tool"
     """De-risk: ``sheets.read_cell`` answers only after seconds (the gateways serve ``BadVariant.SLOW_CELL_READ``), so
     calls past the harness's tool timeout time out."""
+    WRONG_TOOL_FORMAT = "wrong_tool_format"
+    """De-risk: the harness reads another tool-call dialect than the base writes (``hermes_json`` against a
+    ``qwen3_xml`` base, and the other way round): a profile that names the wrong ``harness.tool_format``."""
     RETOKENIZING_HARNESS = "retokenizing_harness"
     """TITO: the harness re-renders the conversation as text and re-tokenises it, prompts and completions both."""
     PERTURBED_ENGINE_WEIGHTS = "perturbed_engine_weights"
@@ -654,6 +657,7 @@ class Defect(StrEnum):
 DEFECT_STAGES = {
     Defect.WRONG_ORACLE: StageName.DERISK,
     Defect.SLOW_TOOL: StageName.DERISK,
+    Defect.WRONG_TOOL_FORMAT: StageName.DERISK,
     Defect.RETOKENIZING_HARNESS: StageName.TITO,
     Defect.PERTURBED_ENGINE_WEIGHTS: StageName.SYSTEMS,
     Defect.INVERTED_ADVANTAGES: StageName.OVERFIT,
@@ -711,6 +715,15 @@ class RecipeConfig(_Section):
                 "SkyRL's trainer has no PPO-ptx term"
             )
         return self
+
+    def planned_harness(self) -> HarnessConfig:
+        """The harness a run of this profile plans with, before its base exists: the bootstrap spec's dialect and
+        thinking for a bootstrapped base, then the profile's ``harness`` changes (at run time the base's own
+        ``harness.json`` takes the spec's place)."""
+        base = {}
+        if self.policy.source is PolicySource.BOOTSTRAP:
+            base = {"tool_format": self.policy.bootstrap.tool_format, "thinking": self.policy.bootstrap.thinking}
+        return HarnessConfig(**base | self.harness)
 
     def digest(self) -> str:
         """sha256 of the config's canonical JSON (16 hex): equal digests, equal configs."""

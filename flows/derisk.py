@@ -85,6 +85,7 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
     errors = work.rollout_errors(stage.catalog, name)
     variance = work.reward_variance(stage.catalog, name)
     signatures = work.error_signatures(stage.catalog, name)
+    mismatches = work.dialect_mismatches(stage.catalog, name)
     varied = [row for row in variance if row["spread"] > 0]
     atomic_write_json(stage.dir / "tool_stats.json", [asdict(s) for s in stats])
     atomic_write_json(stage.dir / "reward_variance.json", variance)
@@ -110,6 +111,7 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
         infra_rate=errors["infra_rate"] or 0.0,
         tool_stats=stats,
         tasks_with_variance=len(varied),
+        dialect_mismatches=mismatches,
         metrics={
             "oracle_solved": oracle["solved"],
             "oracle_tasks": oracle["tasks"],
@@ -118,5 +120,6 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
             **{f"base_{key}": value for key, value in errors.items()},
             "tasks_with_variance": len(varied),
             "top_error_signatures": signatures[:5],
+            "dialect_mismatches": mismatches,
         },
     )

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from envs.harness.tool_formats import TOOL_FORMATS, vllm_chat_flags
 from flows.config import EngineBackend, RecipeConfig, TrainerBackend
 from flows.placement import fleet_spec
 from flows.preflight import REPO_ROOT, needs_cluster, repo_path
@@ -46,6 +47,11 @@ def _where(config: RecipeConfig) -> list[str]:
     policy = config.policy
     source = policy.hub_id if policy.hub_id else policy.path or f"bootstrapped tiny base under {policy.cache}"
     lines += [f"policy: {policy.source.value} {source}", f"data: {config.environment.data} (worlds and task sets)"]
+    harness = config.planned_harness()
+    dialect = TOOL_FORMATS[harness.tool_format]
+    thinking = {True: "on", False: "off", None: "the template's default"}[harness.thinking]
+    flags = " ".join(vllm_chat_flags(dialect, harness.thinking))
+    lines.append(f"tool calls: {dialect.name.value}, thinking {thinking} (a vLLM chat route: {flags})")
     return lines
 
 

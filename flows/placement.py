@@ -19,6 +19,7 @@ from pathlib import Path
 from flows.config import EngineBackend, PolicySource, RecipeConfig, TrainerBackend
 from flows.preflight import PlacementError, cluster_token_file, needs_cluster, no_address, repo_path
 from tasks.cluster import ClusterTarget, JobLedger, RayJobRunner
+from tasks.environment import policy_harness
 from tasks.fleet import VllmFleet, stop_fleet
 from tasks.run_store import RunStore
 from tasks.training import TrainerRunner, run_locally
@@ -55,6 +56,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
     """The run's engines: how many, what they serve (the base policy; later weights are loaded into it), how each is
     launched and placed; records and logs under ``root``."""
     cluster, vllm = config.cluster, config.engine.vllm
+    harness = policy_harness(policy, config.harness).harness if Path(policy).is_dir() else config.planned_harness()
     tensor_parallel = cluster.engine_tensor_parallel if cluster else 1
     resources = (cluster.engine_resources if cluster else None) or ({"GPU": tensor_parallel} if cluster else {})
     model = str(Path(policy).resolve()) if config.policy.source is not PolicySource.HUB else policy
@@ -70,6 +72,8 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
         host=vllm.host,
         ports=cluster.local.engine_ports if cluster and cluster.local else None,
         kv_cache_gib=vllm.kv_cache_gib,
+        tool_format=harness.tool_format,
+        thinking=harness.thinking,
         gpu_memory_utilization=cluster.gpu_memory_utilization if cluster else 0.85,
         seed=config.seed,
         resources=resources,

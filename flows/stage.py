@@ -32,6 +32,7 @@ from envs.faults import FaultPlan
 from envs.files import atomic_write_text
 from envs.harness.config import HarnessConfig
 from envs.harness.policy import PolicyHarness
+from envs.harness.tool_formats import ToolFormatName
 from envs.types import TaskSpec
 from evals.records import EvalResult
 from evals.spec import HarnessKind, JudgeSpec
@@ -230,8 +231,15 @@ class StageRun:
         return str(self.upstream(StageName.DERISK).outputs["policy"])
 
     def policy_settings(self, policy: str | None = None) -> PolicyHarness:
-        """The harness every rollout of ``policy`` (default: the base) uses in this run."""
-        return policy_harness(policy or self.policy(), self.config.harness)
+        """The harness every rollout of ``policy`` (default: the base) uses in this run (with this stage's
+        ``wrong_tool_format`` defect: another dialect than the policy's)."""
+        settings = policy_harness(policy or self.policy(), self.config.harness)
+        if Defect.WRONG_TOOL_FORMAT not in self.defects:
+            return settings
+        written = settings.harness.tool_format
+        wrong = next(name for name in ToolFormatName if name != written)
+        log("defect %s: the harness reads %s, the policy writes %s", Defect.WRONG_TOOL_FORMAT.value, wrong, written)
+        return settings.model_copy(update={"harness": settings.harness.model_copy(update={"tool_format": wrong})})
 
     @property
     def data(self) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.diagnostics import ToolStats, ToolThresholds, tool_findings
+from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName
 from evals.types import Comparison, Verdict
 from flows.config import (
     AblationsThresholds,
@@ -48,6 +49,8 @@ class DeriskMeasured:
     tasks_with_variance: int
     oracle_failures: list[tuple[str, str]] = field(default_factory=list)
     """(task id, error) of each oracle that did not solve its task."""
+    dialect_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    """Base rollouts stopped on turns written in another tool-call dialect: ``{written, read, rollouts}`` each."""
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,6 +73,13 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
         check("worst tool empty-on-success rate", empty, Op.LE, t.max_tool_empty_rate, empty_tool),
         check("worst tool timeout rate", timeout, Op.LE, t.max_tool_timeout_rate, slow_tool),
         check("train tasks with reward variance", m.tasks_with_variance, Op.GE, subset_size, "the overfit subset size"),
+        check(
+            "base rollouts in another tool-call dialect",
+            sum(row["rollouts"] for row in m.dialect_mismatches),
+            Op.LE,
+            0,
+            "; ".join(f"{row['written']} read as {row['read']}" for row in m.dialect_mismatches),
+        ),
     ]
     thresholds = ToolThresholds(
         max_failure_rate=t.max_tool_failure_rate,
@@ -84,6 +94,18 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
     findings += [
         Finding(subject=f.tool, problem=f.problem, advice=f.advice, rate=f.rate)
         for f in tool_findings(m.tool_stats, thresholds)
+    ]
+    findings += [
+        Finding(
+            subject="harness.tool_format",
+            problem=f"the base writes its tool calls in {row['written']}, but the harness reads {row['read']}: "
+            f"{row['rollouts']} of {m.rollouts} base rollouts stopped on calls it could not parse",
+            advice=f"set harness.tool_format to {row['written']} (the dialect the model family speaks; vLLM "
+            f"--tool-call-parser {TOOL_FORMATS[ToolFormatName(row['written'])].vllm_parser}), or use a base taught "
+            f"{row['read']}",
+            rate=row["rollouts"] / m.rollouts if m.rollouts else None,
+        )
+        for row in m.dialect_mismatches
     ]
     return GateReport.build(StageName.DERISK, criteria, findings, m.metrics)
 

@@ -13,6 +13,7 @@ then reads it back with DuckDB group-bys, so the numbers in the gate report are 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from prefect.cache_policies import NO_CACHE
 from envs.check import OracleTransport, check_environment
 from envs.diagnostics import ADVICE_BY_SIGNATURE, ToolStats
 from envs.harness.agent import AgentSetup, run_group
+from envs.harness.parsing import MISMATCH
 from envs.mcp.variants import BadVariant
 from envs.rollout import pooled_envs
 from envs.sandbox.base import SandboxOptions
@@ -194,3 +196,14 @@ def rollout_errors(catalog: Catalog, stage: str, source: str = BASE) -> dict[str
         [stage, source],
     )
     return row
+
+
+def dialect_mismatches(catalog: Catalog, stage: str, source: str = BASE) -> list[dict[str, Any]]:
+    """Rollouts that stopped on turns written in another tool-call dialect than the harness reads
+    (``envs.harness.parsing.dialect_mismatch``), by (written, read) pair, most first."""
+    rows = catalog.query(
+        "SELECT error FROM trajectories WHERE stage = ? AND source = ? AND error LIKE '%but this harness reads%'",
+        [stage, source],
+    )
+    counts = Counter(match.groups() for row in rows if (match := MISMATCH.search(row["error"])) is not None)
+    return [{"written": w, "read": r, "rollouts": n} for (w, r), n in counts.most_common()]

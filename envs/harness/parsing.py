@@ -9,7 +9,9 @@ block) is dropped first — it stays in the trajectory's tokens (sampled and tra
 A turn with one or more well-formed call blocks is a tool turn; a turn with none is the final answer (the remaining
 text, stripped). Any malformed block (``envs.harness.tool_formats``: bad JSON or XML, a value its schema does not
 allow, an unknown parameter, an unclosed tag) or an unfinished ``<think>`` makes the whole turn a parse failure whose
-messages tell the model what to fix; none of its calls run, so a half-understood turn never touches the world.
+messages tell the model what to fix; none of its calls run, so a half-understood turn never touches the world. When
+such a turn reads cleanly in another registered dialect, the errors say so (``dialect_mismatch``): a harness set to
+the wrong ``tool_format`` for its model is named as that, not as a model that cannot call tools.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ TOOL_CALL_CLOSE = "</tool_call>"
 
 _THINK_BLOCK = re.compile(re.escape(THINK_OPEN) + r".*?" + re.escape(THINK_CLOSE), re.DOTALL)
 
-__all__ = ["ParsedTurn", "ToolCall", "parse_tool_call", "parse_turn", "strip_think"]
+MISMATCH = re.compile(r"written in (\w+) but this harness reads (\w+)")
+"""Finds ``dialect_mismatch``'s message in a rollout's error (de-risk counts them)."""
+
+__all__ = ["ParsedTurn", "ToolCall", "dialect_mismatch", "parse_tool_call", "parse_turn", "strip_think"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,22 @@ def parse_turn(
     visible = strip_think(text)
     calls, errors, _ = TOOL_FORMATS[tool_format].parse_calls(visible, schemas)
     if errors:
+        written = next((name for name in TOOL_FORMATS if name != tool_format and _clean(visible, name, schemas)), None)
+        if written is not None:
+            errors.append(dialect_mismatch(written, tool_format))
         return ParsedTurn(errors=tuple(errors))
     if calls:
         return ParsedTurn(calls=tuple(calls))
     return ParsedTurn(final_answer=visible.strip())
+
+
+def dialect_mismatch(written: ToolFormatName, read: ToolFormatName) -> str:
+    return (
+        f"the calls are written in {written.value} but this harness reads {read.value}: write them as "
+        f"{read.value} (or, if the model speaks {written.value}, set harness.tool_format to it)"
+    )
+
+
+def _clean(visible: str, tool_format: ToolFormatName, schemas: Schemas | None) -> bool:
+    calls, errors, _ = TOOL_FORMATS[tool_format].parse_calls(visible, schemas)
+    return bool(calls) and not errors

@@ -63,7 +63,7 @@ def test_check_compares_and_fails_missing_measurements() -> None:
 def test_derisk_passes_a_sound_environment() -> None:
     measured = DeriskMeasured(300, 300, 400, 0.0, [stats("sheets_read_cell")], tasks_with_variance=40)
     report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
-    assert report.passed and not report.findings and len(report.criteria) == 6
+    assert report.passed and not report.findings and len(report.criteria) == 7
 
 
 def test_derisk_names_the_broken_tools_rates_and_fixes() -> None:
@@ -231,6 +231,19 @@ def test_gate_failed_pickles_with_its_report() -> None:
     error = pickle.loads(pickle.dumps(GateFailed(report.model_dump_json())))
     assert error.report == report and "gain 0.05 (needs >= 0.1)" in str(error)
     assert "| gain | 0.05 | >= 0.1 | **FAIL** |" in report.markdown()
+
+
+def test_derisk_names_a_harness_reading_another_dialect_than_the_base_writes() -> None:
+    """``wrong_tool_format``: not "the model cannot call tools" but which dialect each side speaks, and the fix."""
+    mismatch = [{"written": "qwen3_xml", "read": "hermes_json", "rollouts": 380}]
+    measured = DeriskMeasured(300, 300, 400, 0.0, [stats("sheets_read_cell")], 0, dialect_mismatches=mismatch)
+    report = derisk_gate(measured, DeriskThresholds(), subset_size=16)
+    failed = {c.name for c in report.criteria if not c.passed}
+    assert failed == {"base rollouts in another tool-call dialect", "train tasks with reward variance"}
+    [finding] = report.findings
+    assert finding.subject == "harness.tool_format" and finding.rate == 0.95
+    assert "writes its tool calls in qwen3_xml, but the harness reads hermes_json: 380 of 400" in finding.problem
+    assert "set harness.tool_format to qwen3_xml" in finding.advice and "qwen3_coder" in finding.advice
 
 
 def test_derisk_names_each_task_whose_oracle_fails() -> None:

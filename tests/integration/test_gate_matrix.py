@@ -70,6 +70,14 @@ SMOKE_CASES = [
     ),
 ]
 LEARNING_CASES = [
+    # The named models' dialect: the local base writes Qwen3-Coder XML; a harness reading Hermes JSON fails de-risk,
+    # and the finding names the mismatch rather than a model that cannot call tools.
+    Case(
+        Defect.WRONG_TOOL_FORMAT,
+        ("base rollouts in another tool-call dialect", "train tasks with reward variance"),
+        "harness.tool_format",
+        "writes its tool calls in qwen3_xml, but the harness reads hermes_json",
+    ),
     Case(
         Defect.INVERTED_ADVANTAGES,
         ("subset reward gain", "one-sided p (paired over tasks)"),

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.harness.tool_formats import ToolFormatName
 from flows.config import EngineBackend, load_profile
 from trainer.vllm.launch import GATE_MODULE, ROUTES, SERVER_MODULE, WORKER_EXTENSION, Device, vllm_serve_spec
 
@@ -88,3 +89,12 @@ def test_the_harness_overrides_point_a_profile_at_the_engine() -> None:
 def test_impossible_specs_are_refused(bad: dict) -> None:
     with pytest.raises(ValueError):
         vllm_serve_spec("m", **({"tensor_parallel": 1, "max_model_len": 8} | bad))
+
+
+def test_the_chat_route_reads_the_policys_dialect_and_reasoning() -> None:
+    xml = vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, tool_format=ToolFormatName.QWEN3_XML, thinking=True)
+    assert "--enable-auto-tool-choice" in xml.argv and _flag(xml.argv, "--tool-call-parser") == "qwen3_coder"
+    assert _flag(xml.argv, "--reasoning-parser") == "qwen3"
+    hermes = vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, tool_format=ToolFormatName.HERMES_JSON)
+    assert _flag(hermes.argv, "--tool-call-parser") == "hermes" and "--reasoning-parser" not in hermes.argv
+    assert "--tool-call-parser" not in vllm_serve_spec("m", tensor_parallel=1, max_model_len=8).argv

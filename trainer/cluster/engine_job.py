@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.files import atomic_write_text
+from envs.harness.tool_formats import ToolFormatName
 from envs.net import free_port
 from trainer.vllm.launch import Device, VllmServeSpec, vllm_serve_spec
 from trainer.vllm.server import VllmServer
@@ -49,6 +50,9 @@ class FleetSpec(BaseModel):
     """The range (both ends included) an engine's port is taken from (None: any free port); a one-machine cluster
     opens only this range to this machine (``trainer.cluster.bridge``)."""
     kv_cache_gib: float = Field(1.0, gt=0)
+    tool_format: ToolFormatName | None = None
+    """The policy's tool-call dialect: the chat route's parser flags (``envs.harness.tool_formats``)."""
+    thinking: bool | None = None
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     seed: int = 0
     resources: dict[str, float] = Field(default_factory=dict)
@@ -80,6 +84,8 @@ class FleetSpec(BaseModel):
             seed=self.seed + index,
             kv_cache_gib=self.kv_cache_gib,
             token_file=self.token_file,
+            tool_format=self.tool_format,
+            thinking=self.thinking,
         )
 
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName, vllm_chat_flags
 from envs.net import LOOPBACK
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -150,6 +151,8 @@ def vllm_serve_spec(
     language_model_only: bool = True,
     weight_transfer_backend: str = "nccl",
     token_file: Path | None = None,
+    tool_format: ToolFormatName | None = None,
+    thinking: bool | None = None,
 ) -> VllmServeSpec:
     """One RL engine serving ``model`` on ``device`` (module docstring), behind its gate on ``host:port`` (loopback
     unless given) with the token in ``token_file``; served as ``served_model_name`` (default: the model id)."""
@@ -164,6 +167,8 @@ def vllm_serve_spec(
     if max_num_seqs is not None:
         argv += ["--max-num-seqs", str(max_num_seqs)]
     argv += ["--generation-config", "vllm"]  # vLLM's sampling defaults, not the checkpoint's generation_config.json
+    if tool_format is not None:  # the chat route (the MCQ suite, any chat client) reads the policy's calls
+        argv += vllm_chat_flags(TOOL_FORMATS[tool_format], thinking)
     env = dict(ENV)
     if device is Device.CPU:
         if kv_cache_gib <= 0:

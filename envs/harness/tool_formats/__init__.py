@@ -21,10 +21,27 @@ Adding a dialect is one module with a ``ToolFormat`` and one line in ``TOOL_FORM
 
 from __future__ import annotations
 
-from envs.harness.tool_formats.base import Schemas, TemplatePieces, ToolCall, ToolFormat, ToolFormatName, call_example
+from envs.harness.tool_formats.base import (
+    Schemas,
+    TemplatePieces,
+    ToolCall,
+    ToolFormat,
+    ToolFormatName,
+    call_example,
+    vllm_chat_flags,
+)
 from envs.harness.tool_formats.hermes_json import HERMES_JSON
 from envs.harness.tool_formats.qwen3_xml import QWEN3_XML
 
 TOOL_FORMATS: dict[ToolFormatName, ToolFormat] = {HERMES_JSON.name: HERMES_JSON, QWEN3_XML.name: QWEN3_XML}
 
-__all__ = ["TOOL_FORMATS", "Schemas", "TemplatePieces", "ToolCall", "ToolFormat", "ToolFormatName", "call_example"]
+__all__ = [
+    "TOOL_FORMATS",
+    "Schemas",
+    "TemplatePieces",
+    "ToolCall",
+    "ToolFormat",
+    "ToolFormatName",
+    "call_example",
+    "vllm_chat_flags",
+]

@@ -41,6 +41,8 @@ class ToolFormat(Protocol):
     name: ToolFormatName
     vllm_parser: str
     """vLLM's ``--tool-call-parser`` for this dialect (``--enable-auto-tool-choice`` with it)."""
+    vllm_reasoning_parser: str
+    """vLLM's ``--reasoning-parser`` for the family's ``<think>`` blocks."""
     template: TemplatePieces
 
     def call_text(self, name: str, arguments: Mapping[str, Any]) -> str:
@@ -74,6 +76,12 @@ def parse_blocks(visible: str, parse_body: Callable[[str], ToolCall]) -> tuple[l
     elif CLOSE in rest:
         errors.append(f"a {CLOSE} has no matching {OPEN}")
     return calls, errors, rest
+
+
+def vllm_chat_flags(tool_format: ToolFormat, thinking: bool | None) -> list[str]:
+    """The flags that make vLLM's chat route read this dialect's calls (and the family's reasoning, when it thinks)."""
+    flags = ["--enable-auto-tool-choice", "--tool-call-parser", tool_format.vllm_parser]
+    return flags + (["--reasoning-parser", tool_format.vllm_reasoning_parser] if thinking else [])
 
 
 def call_example(tool_format: ToolFormat) -> str:

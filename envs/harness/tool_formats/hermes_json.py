@@ -62,6 +62,7 @@ def parse_tool_call(body: str) -> ToolCall:
 class HermesJson:
     name = ToolFormatName.HERMES_JSON
     vllm_parser = "hermes"
+    vllm_reasoning_parser = "qwen3"
     template = TEMPLATE
 
     def call_text(self, name: str, arguments: Mapping[str, Any]) -> str:

@@ -184,6 +184,7 @@ def parse_function(body: str, schemas: Schemas | None) -> ToolCall:
 class Qwen3Xml:
     name = ToolFormatName.QWEN3_XML
     vllm_parser = "qwen3_coder"
+    vllm_reasoning_parser = "qwen3"
     template = TEMPLATE
 
     def call_text(self, name: str, arguments: Mapping[str, Any]) -> str:

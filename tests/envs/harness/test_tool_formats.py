@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.harness.parsing import ParsedTurn, ToolCall, parse_turn
+from envs.harness.parsing import MISMATCH, ParsedTurn, ToolCall, dialect_mismatch, parse_turn
 from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName, call_example
 from envs.harness.tool_formats.qwen3_xml import schema_types, typed_value
 from trainer.tokenizer import chat_template, train_tokenizer
@@ -121,3 +121,12 @@ def test_our_template_renders_a_conversations_calls_as_the_policy_writes_them(to
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "U"}], add_generation_prompt=True,
                                            tokenize=False, enable_thinking=False)  # fmt: skip
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+@pytest.mark.parametrize(("written", "read"), [(XML, ToolFormatName.HERMES_JSON), (ToolFormatName.HERMES_JSON, XML)])
+def test_a_turn_in_another_dialect_is_named_as_one(written: ToolFormatName, read: ToolFormatName) -> None:
+    text = TOOL_FORMATS[written].call_text("sheets_read_cell", {"cell": "C5"})
+    parsed = parse_turn(text, read, SCHEMAS)
+    assert not parsed.calls and parsed.errors[-1] == dialect_mismatch(written, read)
+    assert MISMATCH.search(parsed.errors[-1]).groups() == (written.value, read.value)
+    assert dialect_mismatch(written, read) not in parse_turn("<tool_call>\nnonsense\n</tool_call>", read).errors
