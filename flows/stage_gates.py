@@ -114,8 +114,16 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
 
 
 def tito_gate(
-    misalignments: int, multi_call_rollouts: int, drift_rate: float, t: TitoThresholds, examples: Sequence[str] = ()
+    misalignments: int,
+    multi_call_rollouts: int,
+    drift_rate: float,
+    t: TitoThresholds,
+    examples: Sequence[str] = (),
+    rerender_changed: Sequence[int] = (),
 ) -> GateReport:
+    """Zero misalignments over enough multi-call rollouts; what a chat-completions harness would have trained on
+    instead (re-tokenised turns, ``rerender_changed``: per rollout, the tokens a template re-render drops or changes)
+    is reported beside them as findings."""
     criteria = [
         check("TITO misalignments", misalignments, Op.LE, t.max_misalignments, "; ".join(examples[:3])),
         check("rollouts with ≥ 2 tool calls checked", multi_call_rollouts, Op.GE, t.min_multi_call_rollouts),
@@ -140,7 +148,27 @@ def tito_gate(
                 rate=drift_rate,
             )
         )
-    metrics = {"misalignments": misalignments, "multi_call_rollouts": multi_call_rollouts, "drift_rate": drift_rate}
+    changed = [n for n in rerender_changed if n]
+    if changed:
+        findings.append(
+            Finding(
+                subject="chat-template re-render",
+                problem=f"{len(changed)} of {len(rerender_changed)} rollouts would lose or change sampled tokens if "
+                f"their conversation were re-rendered from chat messages ({sum(changed)} tokens, up to "
+                f"{max(changed)} in one: reasoning the template strips, calls it re-formats, separators)",
+                advice="train on the token ids the engine returned (this harness); a chat-completions history is "
+                "not what the policy sampled",
+                rate=len(changed) / len(rerender_changed),
+            )
+        )
+    metrics = {
+        "misalignments": misalignments,
+        "multi_call_rollouts": multi_call_rollouts,
+        "drift_rate": drift_rate,
+        "rerender_changed_tokens": sum(rerender_changed),
+        "rerender_changed_rollouts": len(changed),
+        "rerender_changed_max": max(rerender_changed, default=0),
+    }
     return GateReport.build(StageName.TITO, criteria, findings, metrics)
 
 

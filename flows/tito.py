@@ -51,6 +51,7 @@ def tito(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             report.drift_rate,
             section.thresholds,
             report.examples,
+            report.rerender_changed,
         )
         gate.metrics |= {
             "trajectories": report.trajectories,

@@ -68,4 +68,5 @@ def tito_rollouts(scope: StageScope, job: RolloutJob, retokenize: bool = False) 
         trajectories, recorder = asyncio.run(_record(endpoint, job, scope.worlds, scope.faults, retokenize))
     scope.catalog.add_trajectories(scope.stage, "tito-rollouts", "base", trajectories, job.by_id())
     checked = [t for t in trajectories if t.error_class is not ErrorClass.RETRYABLE_INFRA]
-    return check_tito(checked, recorder.exchanges, AutoTokenizer.from_pretrained(job.policy_dir))
+    tokenizer = AutoTokenizer.from_pretrained(job.policy_dir)
+    return check_tito(checked, recorder.exchanges, tokenizer, job.settings.harness)

@@ -12,8 +12,14 @@ input. ``RecordingEngine`` wraps any ``CompletionEngine`` (our engine in-process
 * **trainer** — ``TrainBatch.from_trajectories`` (what ``LocalTrainer`` consumes) holds the same ids, mask and
   rollout logprobs, row for row.
 
-Beside the misalignments (the gate wants zero) it measures ``drift_rate``: the share of sampled turns whose
-decode → encode round trip would have given other ids — what a chat-completions harness would have trained on.
+Beside the misalignments (the gate wants zero) it measures what a chat-completions harness would have trained on:
+
+* ``drift_rate`` — the share of sampled turns whose decode → encode round trip would have given other ids;
+* ``rerender_changed`` — per rollout, the sampled tokens a chat-template re-render of the conversation would drop or
+  change (``rerendered_turn_ids``): each assistant turn held as a chat client holds it — the calls parsed out as
+  ``tool_calls``, the text around them as content, the reasoning kept or stripped as the family's template does
+  (``harness.reasoning_in_history``) — and rendered back by the tokenizer's template. Reasoning a template strips,
+  whitespace it normalises around a call, a separator it writes differently: each shows up here.
 
     engine = RecordingEngine(client)
     trajectories = await run_group(task, envs, AgentSetup(engine, tokenizer, config), group_id="g", n=4)
@@ -22,19 +28,29 @@ decode → encode round trip would have given other ids — what a chat-completi
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from difflib import SequenceMatcher
+from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from envs.harness.chat import encode
+from envs.harness.chat import encode, render
+from envs.harness.config import HarnessConfig
 from envs.harness.engine_client import Completion, CompletionEngine, Sampling
+from envs.harness.parsing import strip_think
+from envs.harness.tool_formats import TOOL_FORMATS
 from envs.types import Trajectory
 from trainer.algorithms import AlgorithmConfig
 from trainer.local.batch import TrainBatch
 
 MAX_LISTED = 20
+_USER = ({"role": "user", "content": "U"},)
+_THOUGHT = re.compile(r"\s*<think>\n?(.*?)\n?</think>", re.DOTALL)
+"""The reasoning a turn opens with (what vLLM's ``qwen3`` reasoning parser returns as ``reasoning_content``)."""
+"""A fixed conversation an assistant turn is re-rendered after."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,13 @@ class TitoReport:
     exchanges: int = 0
     drift_turns: int = 0
     """Exchanges whose sampled ids would change under decode → encode."""
+    rerender_changed: list[int] = field(default_factory=list)
+    """Per trajectory: its sampled tokens a chat-template re-render would drop or change."""
+
+    @property
+    def rerender_rollouts(self) -> int:
+        """Rollouts a chat-template re-render would change."""
+        return sum(1 for changed in self.rerender_changed if changed)
 
     @property
     def total_misalignments(self) -> int:
@@ -152,10 +175,48 @@ def _as_float32(values: Sequence[float]) -> list[float]:
     return torch.tensor(values, dtype=torch.float32).tolist()
 
 
+def rerendered_turn_ids(tokenizer: PreTrainedTokenizerBase, sampled_text: str, harness: HarnessConfig) -> list[int]:
+    """One sampled assistant turn as a chat-completions client would hand it back and the template would render it:
+    ``tool_calls`` parsed out in the harness's dialect, the text outside them as content, the reasoning in front of
+    it only when the family keeps it in history; ids from after the generation prompt to the turn's end."""
+    visible = strip_think(sampled_text)
+    calls, errors, rest = TOOL_FORMATS[harness.tool_format].parse_calls(visible, None)
+    parsed = bool(calls) and not errors
+    message: dict[str, Any] = {"role": "assistant", "content": (rest if parsed else visible).strip()}
+    thought = _THOUGHT.match(sampled_text)
+    if thought is not None and harness.reasoning_in_history:  # as a reasoning parser hands it back
+        message["reasoning_content"] = thought.group(1)
+    if parsed:
+        message["tool_calls"] = [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+    before = render(tokenizer, _USER, add_generation_prompt=True)
+    after = render(tokenizer, [*_USER, message])
+    return encode(tokenizer, after[len(before) :] if after.startswith(before) else after)
+
+
+def unmatched(tokens: Sequence[int], other: Sequence[int]) -> int:
+    """Tokens of ``tokens`` that are not in a matching block of ``other`` (dropped or changed)."""
+    blocks = SequenceMatcher(None, list(tokens), list(other), autojunk=False).get_matching_blocks()
+    return len(tokens) - sum(block.size for block in blocks)
+
+
+def rerender_changes(t: Trajectory, tokenizer: PreTrainedTokenizerBase, harness: HarnessConfig) -> int:
+    """The sampled tokens of ``t`` a chat-template re-render would drop or change (module docstring)."""
+    changed = 0
+    for span in t.turns:
+        sampled = t.tokens[span.start : span.end]
+        text = tokenizer.decode(sampled, skip_special_tokens=True)
+        changed += unmatched(sampled, rerendered_turn_ids(tokenizer, text, harness))
+    return changed
+
+
 def check_tito(
-    trajectories: Sequence[Trajectory], exchanges: Sequence[Exchange], tokenizer: PreTrainedTokenizerBase
+    trajectories: Sequence[Trajectory],
+    exchanges: Sequence[Exchange],
+    tokenizer: PreTrainedTokenizerBase,
+    harness: HarnessConfig | None = None,
 ) -> TitoReport:
-    """Hold every trajectory against the engine's records and the trainer's batch; see the module docstring."""
+    """Hold every trajectory against the engine's records and the trainer's batch; see the module docstring.
+    ``harness``: the rollouts' harness, for the re-render figure (none: not measured)."""
     by_prompt: dict[tuple[int, ...], list[Completion]] = defaultdict(list)
     for exchange in exchanges:
         by_prompt[exchange.prompt_ids].append(exchange.completion)
@@ -169,4 +230,6 @@ def check_tito(
     report.drift_turns = sum(
         encode(tokenizer, tokenizer.decode(e.completion.token_ids)) != e.completion.token_ids for e in exchanges
     )
+    if harness is not None:
+        report.rerender_changed = [rerender_changes(t, tokenizer, harness) for t in trajectories]
     return report

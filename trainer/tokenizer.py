@@ -48,7 +48,8 @@ MARKUP_TOKENS: tuple[str, ...] = (
 
 # Qwen-style template; see the module docstring for the separator placement that keeps it prefix-stable. The tool
 # listing and an assistant turn's calls come from the dialect (``envs.harness.tool_formats``); ``enable_thinking``
-# false closes an empty reasoning block in the generation prompt, as Qwen3's templates do.
+# false closes an empty reasoning block in the generation prompt, as Qwen3's templates do; an assistant message's
+# ``reasoning_content`` is rendered in front of it as it was sampled (Qwen3.6's "thinking preservation").
 _TEMPLATE = """\
 {%- macro sep(first) %}{% if not first %}{{ '\\n' }}{% endif %}{% endmacro -%}
 {%- if tools %}
@@ -61,9 +62,16 @@ _TEMPLATE = """\
     {%- set first = loop.first and not tools %}
     {%- if message.role == 'system' and loop.first and tools %}
     {%- elif message.role in ['system', 'user'] or (message.role == 'assistant' and not message.tool_calls) %}
-        {{- sep(first) + '<|im_start|>' + message.role + '\\n' + (message.content or '') + '<|im_end|>' }}
+        {{- sep(first) + '<|im_start|>' + message.role + '\\n' }}
+        {%- if message.reasoning_content %}
+            {{- '<think>\\n' + message.reasoning_content + '\\n</think>\\n\\n' }}
+        {%- endif %}
+        {{- (message.content or '') + '<|im_end|>' }}
     {%- elif message.role == 'assistant' %}
         {{- sep(first) + '<|im_start|>assistant' }}
+        {%- if message.reasoning_content %}
+            {{- '\\n<think>\\n' + message.reasoning_content + '\\n</think>\\n' }}
+        {%- endif %}
         {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
         {%- for tool_call in message.tool_calls %}
             {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}

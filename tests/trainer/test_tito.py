@@ -8,10 +8,11 @@ from envs.build import build_environment, load_tasks
 from envs.harness.agent import AgentSetup, HarnessConfig, run_group
 from envs.harness.chat import ToolListing, encode, eos_token_id
 from envs.harness.engine_client import Completion
+from envs.harness.tool_formats import ToolFormatName
 from envs.rollout import local_envs
 from trainer.tito import RecordingEngine, RetokenizingEngine, check_tito
 from trainer.tokenizer import train_tokenizer
-from trainer.traces import tool_call_text
+from trainer.traces import tool_call_text, turn_text
 
 HARNESS = HarnessConfig(
     tool_listing=ToolListing.SIGNATURES, max_turns=4, max_tokens_per_turn=64, context_budget_tokens=4096
@@ -99,3 +100,27 @@ def test_a_harness_that_retokenises_text_is_caught(setup) -> None:
     report = check_tito(group, recorder.exchanges, tokenizer)
     assert report.misalignments["sampled"] == 2  # each rollout's answer turn
     assert all("the span is not what the engine returned" in example for example in report.examples)
+
+
+@pytest.mark.parametrize("keeps_reasoning", [True, False])
+def test_the_re_render_figure_counts_what_a_chat_template_would_drop(setup, keeps_reasoning: bool) -> None:
+    """A thinking policy in the XML dialect: when the family's template keeps earlier reasoning (Qwen3.6) a re-render
+    of this harness's turns changes nothing; when it strips it (Qwen3), the reasoning's tokens are the figure."""
+    data, task, _ = setup
+    tokenizer = train_tokenizer([task.prompt, "sheets_read_cell <think> answers"] * 20, 400, ToolFormatName.QWEN3_XML)
+    harness = HARNESS.model_copy(
+        update={"tool_format": ToolFormatName.QWEN3_XML, "thinking": True, "reasoning_in_history": keeps_reasoning}
+    )
+    args = {"path": "models/operating_model.xlsx", "sheet": "Model", "cell": "B12"}
+    call = turn_text(tool_call_text("sheets.read_cell", args, ToolFormatName.QWEN3_XML), "Next I call it.", harness)
+    texts = [call, turn_text("answers 25.9", "Done.", harness)]
+    engine = RecordingEngine(ScriptedEngine(tokenizer, texts))
+    agent = AgentSetup(engine, tokenizer, harness)
+    group = asyncio.run(run_group(task, local_envs(task, data / "worlds", ("sheets",)), agent, group_id="g", n=2))
+    report = check_tito(group, engine.exchanges, tokenizer, harness)
+    assert report.total_misalignments == 0 and all(len(t.tool_calls) == 1 for t in group)
+    thoughts = sum(
+        len(encode(tokenizer, f"<think>\n{thought}\n</think>\n\n")) for thought in ("Next I call it.", "Done.")
+    )
+    expected = 0 if keeps_reasoning else thoughts
+    assert report.rerender_changed == [expected, expected], (report.rerender_changed, thoughts)
