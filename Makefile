@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@# (on a clean clone 21 s against pip's 40) and keeps the torch that satisfies the lock's pin.
 	$(PIP) install -q $(LOCK) "$(TORCH_PIN)" uv
 	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode $(LOCK) -e ".[dev]"
+	@# Test data from a registry package: qwen-agent's wheel ships Qwen's BPE ranks (qwen.tiktoken), from which
+	@# tests/trainer/test_hf_checkpoint.py builds Qwen's real tokenizer (no hub here); none of its code is imported.
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps qwen-agent==0.0.34
 	@touch $(STAMP)
 
 install: $(STAMP)
