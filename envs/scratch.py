@@ -129,7 +129,7 @@ def sweep_stale(root: Path = SCRATCH_ROOT) -> list[Path]:
             continue
         swept.append(folder)
     if swept:
-        log.warning("swept %d scratch folder(s) left under %s by processes that died: %s", len(swept), root,
+        log.info("swept %d scratch folder(s) left under %s by processes that died: %s", len(swept), root,
                     ", ".join(folder.name for folder in swept))  # fmt: skip
     return swept
 

@@ -234,6 +234,12 @@ def _fill(a: RunStore, b: RunStore, folder: Path) -> ReportFiles:
     return page.write(folder, "compare")
 
 
+def summary_tables(a: RunStore, b: RunStore) -> list[tuple[str, Table]]:
+    """The comparison's first tables (stages, gates): what ``recipe compare`` prints."""
+    check_pair(a, b)
+    return _sections(_manifests(a), _manifests(b))[:2]
+
+
 def write_comparison(a: RunStore, b: RunStore, out: Path) -> ReportFiles:
     """Write the comparison of ``a`` and ``b`` into ``out`` (module docstring); returns the files as they will be
     once swapped in."""

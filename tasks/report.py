@@ -108,9 +108,22 @@ def audit_lines(store: RunStore) -> list[str]:
         for name, path in gate.get("artifacts", {}).items():
             lines.append(f"    artifact {name}: {store.root / path}")
         for name, value in m.outputs.items():
-            if isinstance(value, str) and (store.root / value).exists():
-                lines.append(f"    output {name}: {store.root / value}")
+            found = _output_path(store, value)
+            if found is not None:
+                base = " (the base policy: recipe eval … --model it)" if (m.stage, name) == ("derisk", "policy") else ""
+                lines.append(f"    output {name}: {found}{base}")
     return lines
+
+
+def _output_path(store: RunStore, value: object) -> Path | None:
+    """A stage output that names a file or folder: inside the run (recorded relative to it) or elsewhere (the base
+    policy, the environment build: absolute, or relative to the checkout the run was made in)."""
+    if not isinstance(value, str) or not value:
+        return None
+    for candidate in (store.root / value, Path(value), store.root.resolve().parent.parent / value):
+        if candidate.exists():
+            return candidate.resolve() if candidate != store.root / value else candidate
+    return None
 
 
 def _cells(row: list[str]) -> list[str]:

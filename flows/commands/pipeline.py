@@ -32,6 +32,9 @@ console = Console()
 MIGRATE_TIMEOUT_S = 300.0
 """How long a run waits for another run's migration of the same Prefect database."""
 STAGES = ("derisk", "tito", "systems", "overfit", "ablations", "hero", "transfer")
+PROFILES = sorted(
+    path.stem for path in (Path(__file__).resolve().parents[2] / "deployments" / "profiles").glob("*.yaml")
+)
 
 
 def print_stages(root: Path) -> None:
@@ -156,7 +159,11 @@ class _ProfileAction(argparse.Action):
 def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="run the gated pipeline end to end, or resume a run")
     run.add_argument(
-        "--profile", default="local", action=_ProfileAction, help="profile name (deployments/profiles/) or YAML path"
+        "--profile",
+        default="local",
+        action=_ProfileAction,
+        help=f"a profile ({', '.join(PROFILES)}: deployments/profiles/) or a YAML path; smoke takes ~2 min (its first "
+        "run also bootstraps its base, ~10 min on 2 cores), local is make demo (~20-45 min)",
     )
     run.add_argument("--resume", metavar="RUN", help="run id or folder to run again (passed stages are reused)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override, repeatable")

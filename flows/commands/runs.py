@@ -28,6 +28,9 @@ def _history(args: argparse.Namespace) -> int:
     from tasks.history import failure_streak, overfit_history
     from tasks.report import history_table
 
+    if args.profile is None:
+        args.profile = "local"
+        print("profile local (pass --profile NAME for another)")
     nights = overfit_history(Path(args.runs_root), args.profile)
     if not nights:
         print(f"no run of profile {args.profile} under {args.runs_root} has an overfit stage yet")
@@ -41,13 +44,16 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tasks.comparison import default_out, write_comparison
+    from tasks.comparison import default_out, summary_tables, write_comparison
     from tasks.run_store import RunStore
 
     runs_root = Path(args.runs_root)
     a, b = RunStore.open(runs_root, args.a), RunStore.open(runs_root, args.b)
+    print(f"A: {a.run_id}\nB: {b.run_id}\n")
+    for heading, table in summary_tables(a, b):
+        print(f"## {heading}\n\n{table.markdown()}\n")
     files = write_comparison(a, b, Path(args.out) if args.out else default_out(runs_root, a, b))
-    print(f"wrote {files.html} and {files.markdown.name} beside it")
+    print(f"wrote {files.html} and {files.markdown.name} beside it (every table, the curves)")
     return 0
 
 
@@ -83,7 +89,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
         "history", help="the overfit gate over a profile's runs, and the commits of its last pass and first failure"
     )
-    history.add_argument("--profile", default="local", help="the profile whose runs are listed (its name in run.json)")
+    history.add_argument("--profile", help="the profile whose runs are listed (its name in run.json; default: local)")
     history.add_argument("--runs-root", default="runs", help="the folder of run folders")
     history.set_defaults(handler=_history)
 
