@@ -231,7 +231,7 @@ def ours(turn: Turn) -> tuple[list[dict[str, Any]] | None, str]:
     if parsed.calls:
         return [{"name": c.name, "arguments": c.arguments} for c in parsed.calls], ""
     if not parsed.errors:
-        return None, "no call outside the reasoning (a call inside <think> never runs here; vLLM reads it)"
+        return None, "ours reads a final answer"
     text = " ".join(parsed.errors)
     return None, next((reason for words, reason in REASONS if words in text), parsed.errors[0][:80])
 

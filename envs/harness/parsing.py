@@ -4,8 +4,11 @@
     optional text
     <tool_call>…</tool_call>          (as many as the turn makes; the dialect says what goes inside)
 
-Rules: reasoning (``<think>…</think>``, or everything before a lone ``</think>`` when the generation prompt opened the
-block) is dropped first — it stays in the trajectory's tokens (sampled and trained on), it is only not read for calls.
+Rules: reasoning is dropped first, where vLLM's ``qwen3`` reasoning parser ends it — it stays in the trajectory's
+tokens (sampled and trained on), it is only not read for calls. Reasoning starts at ``<think>`` (or at the turn's
+start when only a ``</think>`` follows: the generation prompt opened the block) and ends at ``</think>`` or at the
+first ``<tool_call>``, whichever comes first: a call is never part of the reasoning, closed or not, and a ``</think>``
+after it is dropped. Later ``<think>…</think>`` blocks are dropped too.
 A turn with one or more well-formed call blocks is a tool turn; a turn with none is the final answer (the remaining
 text, stripped). Any malformed block (``envs.harness.tool_formats``: bad JSON or XML, a value its schema does not
 allow, an unknown parameter, an unclosed tag) or an unfinished ``<think>`` makes the whole turn a parse failure whose
@@ -44,12 +47,28 @@ class ParsedTurn:
     final_answer: str | None = None
 
 
+def split_reasoning(text: str) -> tuple[str, bool]:
+    """The text outside the reasoning (module docstring), and whether the reasoning is left open (no ``</think>``
+    and no call after ``<think>``: the turn ended while thinking)."""
+    opened = text.find(THINK_OPEN)
+    start = opened + len(THINK_OPEN) if opened >= 0 else 0
+    if opened < 0 and THINK_CLOSE not in text:
+        return text, False
+    before = text[:opened] if opened >= 0 else ""
+    closed, call = text.find(THINK_CLOSE, start), text.find(TOOL_CALL_OPEN, start)
+    if closed >= 0 and (call < 0 or closed < call):
+        rest = text[closed + len(THINK_CLOSE) :]
+    elif call >= 0:
+        rest = text[call:].replace(THINK_CLOSE, "")  # vLLM drops a </think> that follows the implicit end
+    else:
+        return before, True
+    rest = _THINK_BLOCK.sub("", rest)
+    return before + rest, THINK_OPEN in rest
+
+
 def strip_think(text: str) -> str:
-    """Drop reasoning: closed ``<think>…</think>`` blocks, then everything up to a remaining lone ``</think>``."""
-    text = _THINK_BLOCK.sub("", text)
-    if THINK_CLOSE in text:
-        text = text[text.rindex(THINK_CLOSE) + len(THINK_CLOSE) :]
-    return text
+    """``text`` without its reasoning (module docstring)."""
+    return split_reasoning(text)[0]
 
 
 def parse_turn(
@@ -57,9 +76,9 @@ def parse_turn(
 ) -> ParsedTurn:
     """Classify a generated turn (decoded without control tokens) as tool calls, a parse failure or a final answer;
     ``schemas`` (each tool's input schema) type the values of a dialect that writes them as text."""
-    if THINK_OPEN in _THINK_BLOCK.sub("", text):
+    visible, unfinished = split_reasoning(text)
+    if unfinished:
         return ParsedTurn(errors=("the turn ends inside <think>: close it with </think> before answering",))
-    visible = strip_think(text)
     calls, errors, _ = TOOL_FORMATS[tool_format].parse_calls(visible, schemas)
     if errors:
         written = next((name for name in TOOL_FORMATS if name != tool_format and _clean(visible, name, schemas)), None)

@@ -60,9 +60,12 @@ def test_final_answer_strips_think_and_whitespace():
     assert parse_turn("") == ParsedTurn(final_answer="")
 
 
-def test_tool_call_inside_think_is_ignored_and_unfinished_think_is_an_error():
-    text = '<think>maybe <tool_call>{"name": "a_x"}</tool_call></think>Answer: 7'
-    assert parse_turn(text) == ParsedTurn(final_answer="Answer: 7")
+def test_a_tool_call_ends_the_reasoning_as_vllm_reads_it_and_unfinished_think_is_an_error():
+    """vLLM's qwen3 reasoning parser ends reasoning at ``</think>`` or at the first ``<tool_call>``: a call written
+    while thinking is a call (vLLM serves it as one), and the ``</think>`` after it is dropped."""
+    text = '<think>maybe <tool_call>{"name": "a_x"}</tool_call></think>'
+    assert parse_turn(text) == ParsedTurn(calls=(ToolCall("a_x"),))
+    assert parse_turn('<think>open <tool_call>{"name": "a_x"}</tool_call>') == ParsedTurn(calls=(ToolCall("a_x"),))
     assert "inside <think>" in parse_turn("<think>still thinking").errors[0]
 
 

@@ -93,18 +93,21 @@ def test_an_xml_call_that_cannot_run_as_written_is_refused_with_the_reason(body:
         ("<tool_call>\n<function=a>\n</function>", "never closed"),
         ("<function=a>\n</function>\n</tool_call>", "no matching"),
         ("I will call <function=a>\n</function> now", "must be inside <tool_call>"),
-        ("<think>\n<tool_call>", "inside <think>"),
+        ("<think>\n<tool_call>", "never closed"),
+        ("<think>\nstill thinking", "inside <think>"),
     ],
 )
 def test_a_misplaced_block_is_refused(text: str, message: str) -> None:
     assert message in parse_turn(text, XML, SCHEMAS).errors[0]
 
 
-def test_reasoning_is_dropped_before_parsing_and_a_call_in_it_never_runs() -> None:
+def test_reasoning_is_dropped_before_parsing_and_ends_where_vllm_ends_it() -> None:
     call = TOOL_FORMATS[XML].call_text("sheets_read_cell", {"cell": "C5"})
-    assert parse_turn(f"<think>\nmaybe {call}\n</think>\n\nThe value is 7.", XML, SCHEMAS) == ParsedTurn(
+    assert parse_turn("<think>\nmaybe C5?\n</think>\n\nThe value is 7.", XML, SCHEMAS) == ParsedTurn(
         final_answer="The value is 7."
     )
+    thinking_into_a_call = parse_turn(f"<think>\nmaybe {call}\n</think>\n\n", XML, SCHEMAS)
+    assert thinking_into_a_call == ParsedTurn(calls=(ToolCall("sheets_read_cell", {"cell": "C5"}),))
 
 
 @pytest.mark.parametrize("tool_format", list(ToolFormatName))
