@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import re
 import shutil
@@ -38,12 +39,19 @@ class NamespaceError(RecipeError, OSError):
     """A namespace could not be made, entered or removed; the message says why and what to do."""
 
 
+@functools.cache
 def unavailable() -> str | None:
-    """Why this process cannot make network namespaces (None: it can)."""
+    """Why this process cannot make network namespaces (None: it can: a probe namespace was made and removed)."""
     if os.geteuid() != 0:
         return "making a network namespace needs root"
     if shutil.which("ip") is None:
         return "iproute2's `ip` is not installed (apt-get install iproute2)"
+    probe = f"rl-recipe-probe-{os.getpid()}"
+    try:
+        _ip("netns", "add", probe)
+    except NamespaceError as error:
+        return f"this machine refuses network namespaces ({error})"
+    _ip("netns", "delete", probe)
     return None
 
 
