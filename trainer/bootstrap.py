@@ -58,6 +58,7 @@ from envs.harness.chat import compact_system_prompt
 from envs.harness.code_tools import CODE_TOOLS, CodeToolSession, RegistryToolSession
 from envs.harness.policy import PolicyHarness, read_policy_harness, write_policy_harness
 from envs.harness.terminal import TERMINAL_TOOLS, bundled_terminal_tasks
+from envs.harness.tool_formats import ToolFormatName
 from envs.harness.tools import InProcessSession, LocalToolSession
 from envs.oracle import require_oracle
 from envs.sandbox.world_copy import fork_world
@@ -153,10 +154,13 @@ def content_hash(spec: BootstrapSpec, data: Path) -> str:
             f"(recipe envs generate --out {data})"
         )
     digest = hashlib.sha256(BOOTSTRAP_VERSION.encode())
-    # A base taught no terminal tasks hashes as before those fields existed: its cached folder stays valid.
+    # A base taught no terminal tasks, or Hermes JSON without reasoning (the format before dialects existed: the same
+    # traces, template and corpus), hashes as before those fields existed: its cached folder stays valid.
     terminal_fields = {"terminal_examples_per_task", "terminal_max_tokens_per_turn"}
-    untaught = None if spec.terminal_examples_per_task else terminal_fields
-    digest.update(spec.model_dump_json(exclude=untaught).encode())
+    untaught = set() if spec.terminal_examples_per_task else terminal_fields
+    if spec.tool_format is ToolFormatName.HERMES_JSON and spec.thinking is None:
+        untaught |= {"tool_format", "thinking"}
+    digest.update(spec.model_dump_json(exclude=untaught or None).encode())
     digest.update(manifest.content_digest.encode())
     return digest.hexdigest()[:16]
 

@@ -51,6 +51,15 @@ SMOKE_CASES = [
         "times out",
         ("harness.tool_timeout_s=1",),
     ),
+    # The named models' dialect: a base taught Qwen3-Coder XML with reasoning, read by a harness set to Hermes JSON.
+    # De-risk fails, and the finding names the mismatch rather than a model that cannot call tools.
+    Case(
+        Defect.WRONG_TOOL_FORMAT,
+        ("base rollouts in another tool-call dialect", "train tasks with reward variance"),
+        "harness.tool_format",
+        "writes its tool calls in qwen3_xml, but the harness reads hermes_json",
+        ("policy.bootstrap.tool_format=qwen3_xml", "policy.bootstrap.thinking=true"),
+    ),
     Case(Defect.RETOKENIZING_HARNESS, ("TITO misalignments",), "harness", "other tokens than crossed the wire"),
     Case(
         Defect.PERTURBED_ENGINE_WEIGHTS,
@@ -70,14 +79,6 @@ SMOKE_CASES = [
     ),
 ]
 LEARNING_CASES = [
-    # The named models' dialect: the local base writes Qwen3-Coder XML; a harness reading Hermes JSON fails de-risk,
-    # and the finding names the mismatch rather than a model that cannot call tools.
-    Case(
-        Defect.WRONG_TOOL_FORMAT,
-        ("base rollouts in another tool-call dialect", "train tasks with reward variance"),
-        "harness.tool_format",
-        "writes its tool calls in qwen3_xml, but the harness reads hermes_json",
-    ),
     Case(
         Defect.INVERTED_ADVANTAGES,
         ("subset reward gain", "one-sided p (paired over tasks)"),
