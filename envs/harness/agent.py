@@ -61,7 +61,7 @@ from envs.harness.chat import (
 )
 from envs.harness.config import HarnessConfig
 from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected, Sampling
-from envs.harness.parsing import ToolCall, parse_turn
+from envs.harness.parsing import MISMATCH, ToolCall, parse_turn
 from envs.harness.tools import ToolOutcome, ToolSession, call_record
 from envs.types import (
     NO_POLICY_OUTCOME,
@@ -205,6 +205,9 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
         return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.TASK, message)
     previous: list[int] = []  # last request's prompt + its completion: the next prompt must start with it
     parse_failures = 0
+    foreign: str | None = (
+        None  # the first "written in another dialect" error: a stop names it, even if later turns differ
+    )
     for turn in range(config.max_turns):
         context = list(trajectory.tokens)
         if context[: len(previous)] != previous:
@@ -243,8 +246,11 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
             return _stop(trajectory, StopReason.STOP, None, None)
         if parsed.errors:
             parse_failures += 1
+            foreign = foreign or next((e for e in parsed.errors if MISMATCH.search(e)), None)
             if parse_failures > config.max_parse_retries:
                 message = f"{parse_failures} unparsable tool-call turns in a row; last: {'; '.join(parsed.errors)}"
+                if foreign is not None and foreign not in parsed.errors:
+                    message += f"; earlier: {foreign}"
                 return _stop(trajectory, StopReason.ERROR, ErrorClass.MODEL, message)
             observations = [correction_message(parsed.errors, config.tool_format)]
         else:

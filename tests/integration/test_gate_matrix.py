@@ -58,7 +58,7 @@ SMOKE_CASES = [
     # than a model that cannot call tools. Builds that base when it is not cached (~16 min on 2 cores).
     Case(
         Defect.WRONG_TOOL_FORMAT,
-        ("base rollouts in another tool-call dialect", "train tasks with reward variance"),
+        ("train tasks with reward variance", "base rollouts in another tool-call dialect"),
         "harness.tool_format",
         "writes its tool calls in qwen3_xml, but the harness reads hermes_json",
         profile="local-qwen3",
