@@ -60,7 +60,7 @@ from envs.harness.chat import (
     turn_close_ids,
 )
 from envs.harness.config import HarnessConfig
-from envs.harness.engine_client import CompletionEngine, EngineError, EngineRejected, Sampling
+from envs.harness.engine_client import Completion, CompletionEngine, EngineError, EngineRejected, Sampling
 from envs.harness.parsing import MISMATCH, ToolCall, parse_turn
 from envs.harness.tools import ToolOutcome, ToolSession, call_record
 from envs.types import (
@@ -185,6 +185,22 @@ class AgentSetup:
         return replace(self, config=self.config.model_copy(update=update))
 
 
+def _record_turn(trajectory: Trajectory, turn: int, completion: Completion) -> None:
+    """Appends a sampled turn's tokens and logprobs with its span and the weight version that wrote it."""
+    start = len(trajectory.tokens)
+    _append(trajectory, completion.token_ids, completion.logprobs)
+    span = TurnSpan(
+        turn=turn,
+        start=start,
+        end=len(trajectory.tokens),
+        finish_reason=completion.finish_reason,
+        weight_version=completion.weight_version,
+    )
+    trajectory.turns.append(span)
+    if completion.weight_version is not None:
+        trajectory.weight_versions.append(completion.weight_version)
+
+
 async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, agent: AgentSetup) -> None:
     """The turn loop; fills ``trajectory`` in place so a timeout keeps what was done."""
     engine, tokenizer, config = agent.engine, agent.tokenizer, agent.config
@@ -205,9 +221,7 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
         return _stop(trajectory, StopReason.CONTEXT_LENGTH, ErrorClass.TASK, message)
     previous: list[int] = []  # last request's prompt + its completion: the next prompt must start with it
     parse_failures = 0
-    foreign: str | None = (
-        None  # the first "written in another dialect" error: a stop names it, even if later turns differ
-    )
+    foreign: str | None = None  # the first "written in another dialect" error: a stop names it, later turns aside
     for turn in range(config.max_turns):
         context = list(trajectory.tokens)
         if context[: len(previous)] != previous:
@@ -220,18 +234,7 @@ async def _rollout(trajectory: Trajectory, task: TaskSpec, tools: ToolSession, a
         trajectory.llm_s += time.perf_counter() - started
         if completion.finish_reason == "abort":
             raise EngineError(f"turn {turn}: the engine aborted the request", retryable=True)
-        start = len(trajectory.tokens)
-        _append(trajectory, completion.token_ids, completion.logprobs)
-        span = TurnSpan(
-            turn=turn,
-            start=start,
-            end=len(trajectory.tokens),
-            finish_reason=completion.finish_reason,
-            weight_version=completion.weight_version,
-        )
-        trajectory.turns.append(span)
-        if completion.weight_version is not None:
-            trajectory.weight_versions.append(completion.weight_version)
+        _record_turn(trajectory, turn, completion)
         previous = context + completion.token_ids
         if completion.finish_reason == "length":
             if max_tokens < config.max_tokens_per_turn:
