@@ -119,8 +119,8 @@ def pipeline(
     """The seven gated stages in order; stops at the first that does not pass (see the module docstring).
 
     Args:
-        profile: A profile in deployments/profiles (smoke, local, ablations, cluster-cpu, qwen36-35b, qwen35-397b) or a
-            YAML path. With resume, only given to replace the run's stored config.
+        profile: A profile in deployments/profiles (smoke, local, local-hermes, ablations, cluster-cpu, qwen36-35b,
+            qwen35-397b) or a YAML path. With resume, only given to replace the run's stored config.
         resume: A run id (or folder) to run again: stages that passed with the same inputs are reused.
         changes: Typed changes to the profile for this run (steps, bars, learning rate, engine URL).
         overrides: Any other change, KEY=VALUE with a dotted path, e.g. stages.overfit.subset_size=8.

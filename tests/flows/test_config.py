@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.harness.tool_formats import ToolFormatName
 from flows.config import PROFILES_DIR, Defect, ProfileError, StageName, apply_overrides, load_profile
 from flows.stage import stage_defects, stage_fingerprint
 from tasks.run_store import RunStore
@@ -13,6 +14,14 @@ SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
 
 def test_the_four_profiles_ship() -> None:
     assert {"smoke", "local", "qwen36-35b", "qwen35-397b"} <= set(SHIPPED)
+
+
+def test_the_demo_speaks_the_named_models_format_and_local_hermes_keeps_the_hermes_base() -> None:
+    local, hermes = load_profile("local").planned_harness(), load_profile("local-hermes")
+    assert (local.tool_format, local.thinking) == (ToolFormatName.QWEN3_XML, True)
+    # thinking None with Hermes: the base's content hash is the one built before dialects existed (a cached base stays)
+    assert (hermes.policy.bootstrap.tool_format, hermes.policy.bootstrap.thinking) == (ToolFormatName.HERMES_JSON, None)
+    assert hermes.planned_harness().tool_format is ToolFormatName.HERMES_JSON
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -53,7 +53,7 @@ SMOKE_CASES = [
         "times out",
         ("harness.tool_timeout_s=1",),
     ),
-    # The named models' dialect: local-qwen3's base writes Qwen3-Coder XML after its reasoning (smoke's is too small to
+    # The named models' dialect: the local base writes Qwen3-Coder XML after its reasoning (smoke's is too small to
     # write it well), read by a harness set to Hermes JSON. De-risk fails, and the finding names the mismatch rather
     # than a model that cannot call tools. Builds that base when it is not cached (~16 min on 2 cores).
     Case(
@@ -61,7 +61,7 @@ SMOKE_CASES = [
         ("train tasks with reward variance", "base rollouts in another tool-call dialect"),
         "harness.tool_format",
         "writes its tool calls in qwen3_xml, but the harness reads hermes_json",
-        profile="local-qwen3",
+        profile="local",
     ),
     Case(Defect.RETOKENIZING_HARNESS, ("TITO misalignments",), "harness", "other tokens than crossed the wire"),
     Case(
@@ -117,7 +117,7 @@ def assert_fails_its_own_stage(state, folder: Path, case: Case) -> None:
     assert any(f["subject"].startswith(case.subject) and case.problem in f["problem"] for f in findings), findings
 
 
-@pytest.mark.timeout(2400)  # slow_tool waits out every slow cell read (≈ 5 min); local-qwen3 may build its base
+@pytest.mark.timeout(2400)  # slow_tool waits out every slow cell read (≈ 5 min); local may build its base
 @pytest.mark.parametrize("case", SMOKE_CASES, ids=lambda case: case.defect.value)
 def test_a_defect_fails_its_own_stage_and_only_it(prefect_harness, environment_data: Path, tmp_path, case) -> None:
     data = (f"environment.data={environment_data}",) if case.profile == "smoke" else ()
