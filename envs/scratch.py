@@ -25,6 +25,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,8 +88,10 @@ def processes_of(root: Path, proc: Path = _PROC) -> list[int]:
     return pids
 
 
-def kill_processes(pids: list[int]) -> None:
-    """SIGKILL each pid and its process group (never our own group)."""
+def kill_processes(pids: list[int], wait_s: float = 5.0) -> None:
+    """SIGKILL each pid and its process group (never our own group), then wait up to ``wait_s`` for them to be gone:
+    a SIGKILLed process runs until the kernel next schedules it, and one still alive while its folder is deleted
+    can write into it again (on a loaded machine that window was long enough to fail a sweep)."""
     own = os.getpgrp()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -96,6 +99,18 @@ def kill_processes(pids: list[int]) -> None:
             if group != own:
                 os.killpg(group, signal.SIGKILL)
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while any(process_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its parent to reap it has stopped running)."""
+    try:
+        state = (_PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def force_rmtree(path: Path) -> None:
