@@ -106,8 +106,9 @@ class ProgressArtifact:
     ) -> None:
         return None
 
-    def advance(self, note: str = "", by: int = 1) -> None:
-        self.done = min(self.done + by, self.total)
+    def advance(self, note: str = "", by: int = 1, to: int | None = None) -> None:
+        """Count ``by`` more items done, or ``to`` done in all (a resumed loop starts past its first step)."""
+        self.done = min(self.done + by if to is None else to, self.total)
         log("%s %d/%d %s", self.key, self.done, self.total, note)
         if self._id is not None:
             from prefect.artifacts import update_progress_artifact

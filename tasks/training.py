@@ -143,7 +143,7 @@ def run_locally(scope: StageScope, job: TrainJob) -> TrainResult:
         def on_step(record: StepRecord) -> None:
             catalog.append("train_steps", [step_row(stage, label, record)])
             recorded.add(record.step)
-            progress.advance(f"step {record.step}: reward {record.reward_mean:.3f}")
+            progress.advance(f"reward {record.reward_mean:.3f}", to=record.step)
 
         def on_rollouts(step: int, trajectories: list[Trajectory]) -> None:
             catalog.add_trajectories(stage, train_source(label), label, trajectories, by_id, step=step)
