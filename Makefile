@@ -92,6 +92,8 @@ $(CLUSTER_VENV)/.installed: $(STAMP)
 	$(PY) -c "import site; print(site.getsitepackages()[0])" > $(CLUSTER_VENV)/lib/python3.11/site-packages/rl_recipe.pth
 	$(CLUSTER_VENV)/bin/pip install -q --no-deps skyrl==0.3.0 skyrl-gym
 	$(CLUSTER_VENV)/bin/pip install -q omegaconf loguru jaxtyping func_timeout "ray[default]==$$($(PY) -c 'import ray; print(ray.__version__)')"
+	@# the router SkyRL puts over a run's engines; 0.1.15+ dropped the RouterArgs field SkyRL 0.3.0 reads
+	$(CLUSTER_VENV)/bin/pip install -q vllm-router==0.1.14
 	@touch $@
 
 install-cluster: $(CLUSTER_VENV)/.installed
@@ -102,7 +104,7 @@ install-cluster: $(CLUSTER_VENV)/.installed
 test-cluster: $(CLUSTER_VENV)/.installed install-vllm
 	RECIPE_SKYRL_PYTHON=$(CLUSTER_VENV)/bin/python $(PY) -m pytest -m slow tests/trainer/skyrl/test_skyrl_schema.py
 	$(CLUSTER_VENV)/bin/python -m pytest -m integration tests/integration/test_skyrl_ray_jobs.py
-	$(CLUSTER_VENV)/bin/python -m pytest tests/trainer/skyrl/test_generator.py
+	$(CLUSTER_VENV)/bin/python -m pytest tests/trainer/skyrl/test_generator.py tests/trainer/skyrl/test_engine_auth.py
 	$(PY) -m pytest -m cluster tests/integration/test_cluster.py
 
 # What answers from another address (tests/reliability, marker `network`): a Ray cluster as `recipe cluster up` starts

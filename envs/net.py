@@ -81,10 +81,24 @@ def foreign_site(connection: HTTPConnection) -> str | None:
 
     A page on any site can make its visitor's browser send simple requests to 127.0.0.1 (a form POST needs no CORS
     preflight), and after DNS rebinding (its own name re-pointed at 127.0.0.1) read the answers too. The browser gives
-    both away: it names the page's site in ``Origin`` on every cross-site POST, and the rebound name in ``Host``. So an
-    ``Origin``, when sent, must be this server's own, and a server reached over loopback must be called by a loopback
-    name with its port. Python clients (the trainer, evals, tests) send no ``Origin`` and the address they dialled.
+    both away: it names the page's site in ``Origin`` on every cross-site POST (``foreign_origin``), and the rebound
+    name in ``Host`` (``rebound_host``). Python clients (the trainer, evals, tests) send no ``Origin`` and the address
+    they dialled.
     """
+    return foreign_origin(connection) or rebound_host(connection)
+
+
+def foreign_origin(connection: HTTPConnection) -> str | None:
+    """An ``Origin``, when sent, must be this server's own."""
+    host = connection.headers.get("host", "").lower()
+    origin = connection.headers.get("origin")
+    if origin is not None and origin.lower() != f"{connection.url.scheme}://{host}":
+        return f"refused: Origin {origin!r} is another site's; a page may only use the server it was served from"
+    return None
+
+
+def rebound_host(connection: HTTPConnection) -> str | None:
+    """A server reached over loopback must be called by a loopback name with its port."""
     host = connection.headers.get("host", "").lower()
     scheme = connection.url.scheme
     server = connection.scope.get("server")
@@ -93,9 +107,6 @@ def foreign_site(connection: HTTPConnection) -> str | None:
         bare = LOOPBACK_NAMES if port == _DEFAULT_PORTS.get(scheme) else ()
         if host not in {*(f"{name}:{port}" for name in LOOPBACK_NAMES), *bare}:
             return f"refused: Host {host!r} is not this server's address ({LOOPBACK} or localhost, port {port})"
-    origin = connection.headers.get("origin")
-    if origin is not None and origin.lower() != f"{scheme}://{host}":
-        return f"refused: Origin {origin!r} is another site's; a page may only use the server it was served from"
     return None
 
 

@@ -185,8 +185,9 @@ class VllmSection(_Section):
     machine's ``.venv-vllm/bin/python``, ``make install-vllm``)."""
     host: str | None = None
     """The address engines listen on (None: their node's address; 127.0.0.1 on a one-machine cluster)."""
-    kv_cache_gib: float = Field(1.0, gt=0, le=1024)
-    """KV cache per engine on CPU (``VLLM_CPU_KVCACHE_SPACE``); GPUs use ``gpu_memory_utilization``."""
+    kv_cache_gib: int = Field(1, ge=1, le=1024)
+    """KV cache per engine on CPU in whole GiB (``VLLM_CPU_KVCACHE_SPACE`` takes no fraction); GPUs use
+    ``gpu_memory_utilization``."""
     start_timeout_s: Seconds = 900.0
     """How long the engines may take to load and answer /health."""
 
@@ -285,6 +286,9 @@ class RolloutSection(_Section):
 
 class LocalNodeSection(_Section):
     num_cpus: int = Field(1, ge=0, le=1024)
+    num_gpus: int = Field(0, ge=0, le=MAX_PARALLEL)
+    """GPUs the node declares to Ray (``ray start --num-gpus``): Ray schedules declared GPUs without the hardware,
+    so a cluster on this machine can take a GPU profile's shape (``make test-cluster``'s declared-GPU test)."""
     resources: Resources = Field(default_factory=dict)
 
 
@@ -335,9 +339,19 @@ class ClusterSection(_Section):
     job_timeout_s: Seconds = 7 * 86400.0
     max_job_attempts: int = Field(3, ge=1, le=100)
     """Submissions of one training job (a failed one is resubmitted from its newest checkpoint)."""
+    placement_timeout_s: Seconds = 600.0
+    """How long engines and jobs wait for Ray to place them before failing, naming what was missing (Ray itself
+    would wait forever)."""
+    megatron_stand_in: bool = False
+    """Trainer ``ray_job`` only: each training job also holds the placement group SkyRL's Megatron policy workers
+    would (``train_nodes`` × ``{GPU: gpus_per_node, CPU: gpus_per_node}``) while our loop trains — a CPU cluster
+    that declares a GPU profile's GPUs then proves the profile's schedule with Ray's own placement."""
     local: LocalClusterSection | None = None
     """The one-machine cluster ``recipe cluster up`` starts (None: the cluster exists already)."""
     gpus_per_node: int = Field(8, ge=1, le=MAX_PARALLEL)
+    cpus_per_node: int = Field(192, ge=1, le=100_000)
+    """CPUs Ray counts on each GPU node (an 8 × H200 cloud node has 192 vCPUs): what the ledger packs the Megatron
+    workers' and drivers' CPU bundles into (``flows.ledger``)."""
     inference_nodes: int = Field(ge=1, le=MAX_PARALLEL)
     train_nodes: int = Field(ge=1, le=MAX_PARALLEL)
     engines: int = Field(ge=1, le=MAX_PARALLEL)
@@ -714,6 +728,9 @@ class RecipeConfig(_Section):
                 "stages.hero.retention.coef > 0 needs our trainer (backends.trainer local or ray_job): "
                 "SkyRL's trainer has no PPO-ptx term"
             )
+        stand_in = self.cluster is not None and self.cluster.megatron_stand_in
+        if stand_in and self.backends.trainer is not TrainerBackend.RAY_JOB:
+            raise ValueError("cluster.megatron_stand_in is for backends.trainer 'ray_job' (our loop stands in)")
         return self
 
     def planned_harness(self) -> HarnessConfig:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from envs.harness.tool_formats import TOOL_FORMATS, vllm_chat_flags
 from flows.config import EngineBackend, RecipeConfig, TrainerBackend
+from flows.ledger import run_ledger
 from flows.placement import fleet_spec
 from flows.preflight import REPO_ROOT, needs_cluster, repo_path
 from flows.skyrl_jobs import base_model, planned_loops, skyrl_run_for
@@ -163,11 +164,17 @@ def plan_lines(config: RecipeConfig, check: bool = True) -> list[str]:
         if engines:
             lines.append(f"  engines: {engines}")
         lines += [f"  {line}" for line in jobs.get(stage, [])]
+    ledger = run_ledger(config)
+    if ledger is not None:
+        lines += ["", *ledger.lines()]
     if config.backends.trainer is TrainerBackend.SKYRL:
         overrides, sets = _skyrl_overrides(config)
         lines += ["", *overrides, _schema_check(sets) if check else "not checked (check=False)"]
     return lines
 
 
-def print_plan(config: RecipeConfig) -> None:
+def print_plan(config: RecipeConfig) -> bool:
+    """Print the plan; whether its resource ledger balances (True without a cluster)."""
     print("\n".join(plan_lines(config)))
+    ledger = run_ledger(config)
+    return ledger is None or not ledger.shortfalls()

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flows.config import EngineBackend, PolicySource, RecipeConfig, TrainerBackend
+from flows.ledger import engine_claim, stand_in_claims
 from flows.preflight import PlacementError, cluster_token_file, needs_cluster, no_address, repo_path
 from tasks.cluster import ClusterTarget, JobLedger, RayJobRunner
 from tasks.environment import policy_harness
@@ -49,6 +50,8 @@ def cluster_target(config: RecipeConfig, store: RunStore) -> ClusterTarget | Non
         job_timeout_s=cluster.job_timeout_s,
         max_job_attempts=cluster.max_job_attempts,
         token_file=cluster_token_file(config),
+        reserve=stand_in_claims(config),
+        placement_timeout_s=cluster.placement_timeout_s,
     )
 
 
@@ -58,7 +61,8 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
     cluster, vllm = config.cluster, config.engine.vllm
     harness = policy_harness(policy, config.harness).harness if Path(policy).is_dir() else config.planned_harness()
     tensor_parallel = cluster.engine_tensor_parallel if cluster else 1
-    resources = (cluster.engine_resources if cluster else None) or ({"GPU": tensor_parallel} if cluster else {})
+    claim = engine_claim(config)
+    resources = dict(claim.bundle) if claim is not None else {}
     model = str(Path(policy).resolve()) if config.policy.source is not PolicySource.HUB else policy
     return FleetSpec(
         model=model,
@@ -78,6 +82,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
         seed=config.seed,
         resources=resources,
         start_timeout_s=vllm.start_timeout_s,
+        placement_timeout_s=cluster.placement_timeout_s if cluster else 600.0,
         state_file=root / "engines.json",
         logs_dir=root / "logs",
         token_file=root / "token",

@@ -1,8 +1,8 @@
 """Whether a profile can run where its backends say, checked in seconds and before any work (``recipe run`` calls it
 before Prefect starts, the pipeline flow before its first stage): a cluster backend without an address, a hub policy
-with no engine that can serve it, a cluster whose dashboard does not answer, vLLM engines here without a vLLM
-interpreter. Each is one ``PlacementError`` line that names what is missing and how to give it. Imports only the
-profile's models and httpx.
+with no engine that can serve it, a plan whose engines and jobs do not fit the cluster at once (``flows.ledger``), a
+cluster whose dashboard does not answer, vLLM engines here without a vLLM interpreter. Each is one ``PlacementError``
+line that names what is missing and how to give it. Imports only the profile's models and httpx.
 
     preflight(load_profile("qwen36-35b"))     # PlacementError: ... set its dashboard with --set cluster.ray_address=...
 """
@@ -76,9 +76,24 @@ def preflight(config: RecipeConfig) -> None:
         return
     cluster = config.cluster
     assert cluster is not None  # the config validator requires it for cluster backends
+    _check_ledger(config)
     if not cluster.ray_address:
         raise PlacementError(no_address(config))
     _check_reachable(cluster.ray_address, cluster_token_file(config))
+
+
+def _check_ledger(config: RecipeConfig) -> None:
+    """Every phase of the run must fit the cluster's nodes (``flows.ledger``): a plan that cannot is refused here,
+    not when its first job's placement group waits forever."""
+    from flows.ledger import run_ledger
+
+    ledger = run_ledger(config)
+    found = ledger.shortfalls() if ledger is not None else []
+    if found:
+        raise PlacementError(
+            f"profile {config.profile!r} does not fit its cluster: {found[0].message()} "
+            f"(recipe plan --profile {config.profile} prints the ledger)"
+        )
 
 
 def _check_reachable(address: str, token_file: Path | None) -> None:

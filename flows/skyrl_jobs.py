@@ -13,7 +13,7 @@ from typing import Any
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness
 from flows.commands.plan import cluster_layout
-from flows.config import PolicySource, RecipeConfig
+from flows.config import EngineBackend, PolicySource, RecipeConfig
 from tasks.cluster import SkyRLEntry
 from tasks.systems import Knobs, one_factor_trials
 from tasks.training import loop_config
@@ -68,7 +68,22 @@ def skyrl_run_for(
         sandbox=config.backends.sandbox.value,
         sandbox_pool_per_world=config.sandbox.pool_per_world,
         provenance={"profile": config.profile, "stage": stage} | ({"arm": arm} if arm else {}),
+        **_fleet(config, loop),
     )
+
+
+FLEET_PLACEHOLDER = "<run engine URLs>"
+
+
+def _fleet(config: RecipeConfig, loop: LoopConfig) -> dict[str, Any]:
+    """The run's engines for the job (one owner: ``flows.ledger``): the loop's, or — planned before they exist — a
+    placeholder; none when the run has no engines of its own (SkyRL then starts the job's)."""
+    if loop.engines is not None:
+        token = loop.engines.token_file
+        return {"fleet_urls": loop.engines.urls, "engine_token_file": str(token) if token else None}
+    if config.backends.engine is EngineBackend.VLLM:
+        return {"fleet_urls": (FLEET_PLACEHOLDER,), "engine_token_file": "<run>/engines/token"}
+    return {}
 
 
 def planned_loops(config: RecipeConfig, hero_arm: str | None = None) -> dict[str, tuple[str, LoopConfig]]:

@@ -42,6 +42,7 @@ from tasks.artifacts import ProgressArtifact, in_prefect_run, log
 from tasks.context import StageScope
 from tasks.training import TrainJob, TrainResult, final_policy, step_row, train_source
 from trainer.cluster.jobs import ACTIVE, JobCommand, RayJobs
+from trainer.cluster.ledger import Claim
 from trainer.cluster.shards import ShardReader
 from trainer.cluster.train_job import TrainJobSpec
 from trainer.loops import AsyncLoopConfig, LoopHistory, StepRecord
@@ -95,6 +96,9 @@ class ClusterTarget:
     max_job_attempts: int = 3
     token_file: Path | None = None
     """The cluster's Ray token (None: Ray's own places, ``trainer.cluster.jobs.ray_token``)."""
+    reserve: tuple[Claim, ...] = ()
+    """Placement groups each training job holds while it trains (``cluster.megatron_stand_in``)."""
+    placement_timeout_s: float = 600.0
 
     def jobs(self) -> RayJobs:
         return RayJobs(self.address, token_file=self.token_file)
@@ -237,6 +241,8 @@ class RayJobRunner:
             worlds_root=scope.worlds.resolve(),
             out_dir=job_dir.resolve(),
             shards=(job_dir / "shards").resolve(),
+            reserve=self.target.reserve,
+            placement_timeout_s=self.target.placement_timeout_s,
         )
         spec.write(job_dir / SPEC_FILE)
         return spec

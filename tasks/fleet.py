@@ -65,7 +65,8 @@ class VllmFleet:
 
     def __init__(self, spec: FleetSpec, cluster: ClusterTarget | None = None) -> None:
         self.spec, self.cluster, self.root = spec, cluster, spec.state_file.parent
-        fields = self.spec.model_dump(mode="json", exclude={"state_file", "logs_dir", "start_timeout_s"})
+        timeouts = {"start_timeout_s", "placement_timeout_s"}  # how long to wait is no launch setting
+        fields = self.spec.model_dump(mode="json", exclude={"state_file", "logs_dir", *timeouts})
         self.digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
         # A tied model is served untied (trainer.vllm.remote: vLLM's in-place reload would keep its old head).
         self.base, self.untied_head = Path(spec.model), ties_embeddings(Path(spec.model))
@@ -165,7 +166,7 @@ class VllmFleet:
 
     def _wait_for_state(self, jobs, job_id: str) -> list[str]:  # type: ignore[no-untyped-def]
         """The URLs the engine job reports once every engine serves; a job that ends first is an error."""
-        deadline = time.monotonic() + self.spec.start_timeout_s + 120
+        deadline = time.monotonic() + self.spec.placement_timeout_s + self.spec.start_timeout_s + 120
         while True:
             try:
                 return FleetState.model_validate_json(self.spec.state_file.read_bytes()).urls

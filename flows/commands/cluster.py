@@ -167,8 +167,8 @@ def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             "see deployments/profiles/cluster-cpu.yaml)"
         )
     port = urlparse(cluster.ray_address).port or 8265
-    nodes = [LocalNode(n.num_cpus, dict(n.resources)) for n in cluster.local.workers]
-    head = LocalNode(cluster.local.head.num_cpus, dict(cluster.local.head.resources))
+    nodes = [LocalNode(n.num_cpus, dict(n.resources), n.num_gpus) for n in cluster.local.workers]
+    head = LocalNode(cluster.local.head.num_cpus, dict(cluster.local.head.resources), cluster.local.head.num_gpus)
     root = REPO_ROOT / ".cluster" / config.profile
     python = repo_path(cluster.python)
     namespace = f"rl-recipe-{config.profile}" if cluster.local.isolation is ClusterIsolation.NETNS else None

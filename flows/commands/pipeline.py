@@ -90,8 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.dry_run:
             from flows.dry_run import print_plan
 
-            print_plan(config)
-            return 0
+            return 0 if print_plan(config) else 1
         preflight(config)  # and on a profile that cannot run where its backends say (a cluster without an address)
         runs_root = runs_root or str(config.runs_root)
     runs_root = runs_root or "runs"

@@ -6,7 +6,8 @@ recipe plan --config path/to/config.json [layout and knob flags]
     cluster layout, rollout knobs and train context (each flag overrides its profile value; without a profile: one
     engine and one train node of 8 GPUs, the schema's rollout defaults), and prints the plan as a table
     (trainer.sizing.cluster_plan): parameters, Megatron memory per train GPU under TP/EP/PP, engine weights and KV
-    capacity, the systems and algorithmic ceilings and the concurrency, and whether it fits. With measured
+    capacity, the systems and algorithmic ceilings and the concurrency, then the resource ledger (``flows.ledger``: per
+    phase, which processes hold which GPUs and CPUs), and whether it all fits. With measured
     throughputs (--gen-per-node and --train-per-node, trajectories/s per node) it also prints the inference:train
     split that keeps the trainer's idle share ≈ 0 (trainer.sizing.node_split). Writes nothing. Exit 0 when the plan
     fits, 1 when it does not, 2 for a missing or invalid config.json or profile.
@@ -162,8 +163,25 @@ def _plan(args: argparse.Namespace) -> int:
             f"{split.train_nodes} train (idle share {split.trainer_idle_share:.0%}; now "
             f"{layout.inference_nodes}:{layout.train_nodes}, idle share {now:.0%})"
         )
-    print(f"plan {'fits' if plan.fits else 'does NOT fit'}")
-    return 0 if plan.fits else 1
+    balances = _print_ledger(config, flags)
+    fits = plan.fits and balances
+    print(f"plan {'fits' if fits else 'does NOT fit'}")
+    return 0 if fits else 1
+
+
+def _print_ledger(config: Any, flags: dict[str, Any]) -> bool:
+    """The profile's resource ledger (``flows.ledger``) on the layout as flagged; whether every phase fits."""
+    from flows.ledger import run_ledger
+
+    if config is None or config.cluster is None:
+        return True
+    cluster = config.cluster.model_copy(
+        update={k: v for k, v in flags.items() if k in type(config.cluster).model_fields}
+    )
+    ledger = run_ledger(config.model_copy(update={"cluster": cluster}))
+    assert ledger is not None  # a cluster section gives one
+    print("\n".join(ledger.lines()))
+    return not ledger.shortfalls()
 
 
 LAYOUT_FLAGS = {

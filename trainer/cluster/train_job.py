@@ -10,6 +10,11 @@ own. Everything it produces lands in storage the stage also reaches (``TrainJobS
 * each step's record and rollouts as shards (``trainer.cluster.shards``), which the stage ingests into the run's
   catalog while the job runs.
 
+A spec that names ``reserve`` claims holds them as placement groups while the loop trains (``trainer.cluster.reserve``):
+on a CPU cluster that declares a GPU profile's GPUs, the job stands in for SkyRL's Megatron workers and holds exactly
+their bundles, so the profile's schedule is proven by Ray itself — or fails in ``placement_timeout_s``, naming what
+was missing.
+
 The spec is written by the stage (``TrainJobSpec.write``) before the job is submitted; one line per step goes to the
 job's log (the stage streams it into the Prefect run).
 """
@@ -18,12 +23,15 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from envs.files import atomic_write_text
 from envs.loaders import load_jsonl
+from trainer.cluster.ledger import Claim
+from trainer.cluster.reserve import reserve
 from trainer.cluster.shards import ShardWriter
 from trainer.loops import (
     AsyncLoopConfig,
@@ -54,6 +62,9 @@ class TrainJobSpec(BaseModel):
     out_dir: Path
     """Checkpoints and ``history.json`` (a resubmitted job resumes from here)."""
     shards: Path
+    reserve: tuple[Claim, ...] = ()
+    """Placement groups the job holds while it trains (a stand-in for SkyRL's Megatron workers); none by default."""
+    placement_timeout_s: float = Field(600.0, gt=0)
 
     def loop_config(self) -> SyncLoopConfig | AsyncLoopConfig:
         kind = AsyncLoopConfig if self.kind is LoopKind.ASYNC else SyncLoopConfig
@@ -81,9 +92,16 @@ def run(spec: TrainJobSpec) -> LoopHistory:
     tasks = load_jsonl(spec.tasks_file)
     job = LoopJob(spec.policy_dir, tasks, spec.worlds_root, spec.out_dir, LoopHooks(on_step, writer.rollouts))
     config = spec.loop_config()
-    if isinstance(config, AsyncLoopConfig):
-        return run_async_loop(job, config)
-    return run_sync_loop(job, config)
+    loop = run_async_loop if isinstance(config, AsyncLoopConfig) else run_sync_loop
+    with ExitStack() as held:
+        if spec.reserve:
+            import ray
+
+            ray.init()  # the job's own cluster (a Ray Job's entry point is told its address)
+            for claim in spec.reserve:
+                held.enter_context(reserve(claim, spec.placement_timeout_s))
+                print(f"[job {spec.label}] holds {claim.holder}: {claim.describe()}", flush=True)
+        return loop(job, config)
 
 
 def main(argv: list[str]) -> int:

@@ -30,24 +30,19 @@ stop reasons out) wrapped as our ``CompletionEngine`` (``SkyRLEngine``). Each tu
 engine returns the sampled tokens' logprobs.
 
 Imports SkyRL at module level: only the cluster path imports this module (``trainer.skyrl.main`` and its test).
-Python 3.11: SkyRL declares ``typing.TypedDict`` types that pydantic accepts only from Python 3.12; as pydantic's
-error advises (and ``schema_check`` does), ``typing_extensions.TypedDict`` is swapped in before SkyRL is imported.
+Python 3.11: ``trainer.skyrl.py311`` readies SkyRL's imports first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-if sys.version_info < (3, 12):
-    import typing_extensions
+import trainer.skyrl.py311  # noqa: F401  (before SkyRL: its TypedDicts on Python 3.11)
 
-    typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
-
+# isort: split
 from skyrl.train.generators.base import GeneratorInput, GeneratorInterface, GeneratorOutput, TrajectoryID
 from skyrl.train.generators.utils import apply_overlong_filtering, get_rollout_metrics
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainer.skyrl.engine_auth import GatedInferenceClient, engine_token
 from trainer.skyrl.generator import ENV_CLASS, TASK_ID_KEY, RecipeGenerator
 from trainer.skyrl.schema_check import recipe_config_class
 
@@ -97,6 +98,15 @@ class RecipeExp(BasePPOExp):
             overlong_filter=cfg.generator.apply_overlong_filtering,
             shards=ShardWriter(Path(self.shards)) if self.shards else None,
         )
+
+    def get_inference_client(self) -> Any:
+        """SkyRL's client, on the run's engines with their token. The vllm-router SkyRL puts over them gets no key:
+        it passes each request's own ``Authorization`` on, so an engine behind it still answers only the token's
+        holder. (Given ``api_key``, vllm-router 0.1.14-0.1.17 adds it to the fan-out routes — ``/pause`` and the
+        like — for any caller: ``tests/trainer/skyrl/test_engine_auth.py``.)"""
+        token = engine_token(self.cfg)
+        client = super().get_inference_client()
+        return client if token is None else GatedInferenceClient.of(client, token)
 
     def get_trainer(self, cfg: Any, *args: Any, **kwargs: Any) -> Any:
         if not cfg.trainer.fully_async.enabled:

@@ -75,6 +75,11 @@ class SkyRLRun:
     sandbox_pool_per_world: int = 2
     provenance: Mapping[str, str] = field(default_factory=dict)
     """Where the run comes from (profile, stage, arm): written to ``rl_recipe.*`` for the job's own records."""
+    fleet_urls: tuple[str, ...] | None = None
+    """The run's engines (their gates' URLs) the job generates with and syncs weights to; None: SkyRL starts engines
+    of its own for the job (only when the run has none: two owners would double-book the GPUs, ``flows.ledger``)."""
+    engine_token_file: str | None = None
+    """The run's engine token (a path every node reads): the job's client and router send it to the gates."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,13 @@ def _engines(run: SkyRLRun) -> dict[str, Any]:
         keys["max_num_seqs"] = layout.max_num_seqs
     if run.served_model_name:
         keys["served_model_name"] = run.served_model_name
+    if run.fleet_urls is not None:
+        keys |= {
+            # One owner: the run's fleet serves the job (SkyRL's "external servers": a vllm-router over them for
+            # generation, each server's own routes for pause / resume / NCCL weight sync).
+            "run_engines_locally": False,
+            "external_server_urls": list(run.fleet_urls),
+        }
     return _prefixed("generator.inference_engine", keys)
 
 
@@ -290,6 +302,7 @@ def _recipe_section(run: SkyRLRun) -> dict[str, Any]:
             "algorithm.alp_env_coef": algorithm.alp_env_coef,
             "algorithm.alp_solve_threshold": algorithm.alp_solve_threshold,
             "engine.timeout_s": run.engine_timeout_s,
+            "engine.token_file": run.engine_token_file,
             "sandbox.provider": run.sandbox,
             "sandbox.pool_per_world": run.sandbox_pool_per_world,
         }

@@ -4,9 +4,11 @@ vLLM's RL routes (``VLLM_SERVER_DEV_MODE=1``: ``/pause``, ``/collective_rpc``, `
 take no key — ``--api-key`` guards only ``/v1`` — and ``/collective_rpc`` runs a worker method with pickled
 arguments: one request, even a cross-site ``text/plain`` POST from a web page, can swap or destroy the policy. So the
 engine never listens on TCP itself. The gate starts vLLM as its child on a Unix socket in a private folder
-(``--uds``), and is the only listener: it answers every route only for requests that carry the run's token
-(``Authorization: Bearer``) and are not another site's (``envs.net.foreign_site``: a foreign ``Origin``, or a
-DNS-rebound ``Host`` on loopback), and passes them on, bodies streamed both ways. Refusals are 401 / 403 with a JSON
+(``--uds``), and is the only listener. It refuses every request a page of another site sends (a foreign ``Origin``:
+``envs.net.foreign_origin``), answers the liveness probe (``OPEN_PROBES``) to anyone who calls it by its own address,
+and every other route only for requests that carry the run's token (``Authorization: Bearer``) — what a DNS-rebound
+page never holds, so those may name another ``Host`` (a proxy in front names itself) — and passes them on, bodies
+streamed both ways. Refusals are 401 / 403 with a JSON
 ``error``. vLLM also gets the token as ``VLLM_API_KEY`` (its own check on ``/v1``, should the socket ever be reached).
 
 The gate lives as long as vLLM: it exits with vLLM's exit code, and a SIGTERM to the pair's process group (what
@@ -36,7 +38,7 @@ import uvicorn
 from starlette.requests import HTTPConnection
 from starlette.types import Receive, Scope, Send
 
-from envs.net import foreign_site
+from envs.net import foreign_origin, rebound_host
 from envs.tokens import bearer_matches, read_token_file
 
 UPSTREAM = "http://engine"
@@ -46,6 +48,11 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
     | {"upgrade", "host", "content-length"}
 )
+
+
+OPEN_PROBES = frozenset({("GET", "/health"), ("HEAD", "/health")})
+"""Liveness, answered without the token: routers and load balancers probe it without credentials (vllm-router 0.1.17,
+which SkyRL puts over a run's engines, does), and it tells only that the engine is up."""
 
 
 def _json(status: int, message: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
@@ -68,11 +75,16 @@ class EngineGate:
 
     def refusal(self, scope: Scope) -> tuple[int, str] | None:
         connection = HTTPConnection(scope)
-        reason = foreign_site(connection)
+        reason = foreign_origin(connection)
         if reason is not None:
             return 403, reason
+        if (scope["method"], scope["path"]) in OPEN_PROBES:
+            reason = rebound_host(connection)
+            return None if reason is None else (403, reason)
         if not bearer_matches(connection.headers.get("authorization"), self.token):
             return 401, "refused: this engine needs the run's token (Authorization: Bearer <token>)"
+        # A token holder may name another host: a proxy in front (the router SkyRL puts over the engines) sends its
+        # own; a rebound page never holds the token.
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

