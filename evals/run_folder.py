@@ -16,6 +16,7 @@ folder's ``spec.json`` back and ``rerun`` makes the spec that runs the same eval
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -45,6 +46,9 @@ RESULT_FILE = "eval.json"
 TASKS_FILE = "tasks.jsonl"
 EVALS_DIR = Path("runs") / "evals"
 """Where evals given no output folder write, under the current directory."""
+CONTENT_ADDRESSED = ("data", "models")
+"""Checkout folders whose subfolders are named by a digest of their content (``data/env-<digest>``,
+``models/base/<digest>``): the same name holds the same content in any checkout that built it."""
 
 
 def _append_line(handle: IO[str], obj: dict[str, Any]) -> None:
@@ -205,13 +209,16 @@ class RecordedEval:
         judge: JudgeSpec | None = None,
         worlds: Path | None = None,
         policy: Path | None = None,
+        run_root: Path | None = None,
     ) -> EvalSpec:
         """The same eval — tasks (the folder's own ``tasks.jsonl`` when it holds one, so a moved run folder still
         works), harness settings, passes and seeds — against ``engine`` (with the recorded tokenizer unless it names
         one), into ``out_dir``. ``judge`` and ``worlds`` stand in for what the record does not keep or what moved,
-        ``policy`` for the policy folder whose harness.json is read. Raises ``EvalConfigError`` when the record cannot
-        be run the same way: another seeding scheme, or harness settings that resolve differently now (a harness.json
-        edited since)."""
+        ``policy`` for the policy folder whose harness.json is read. Recorded paths that are not where the record
+        says are looked for where a moved run keeps them (``found_here``: inside ``run_root``, the run's folder now,
+        or in this checkout's content-addressed folders). Raises ``EvalConfigError`` when the record cannot be run
+        the same way: another seeding scheme, a recorded folder found nowhere, or harness settings that resolve
+        differently now (a harness.json edited since)."""
         if self.recorded.get("seeding") != SEEDING:
             raise EvalConfigError(
                 f"{self.folder} sampled with seeding {self.recorded.get('seeding')!r}, not {SEEDING!r}: its trials "
@@ -220,15 +227,17 @@ class RecordedEval:
         tasks = dict(self.recorded["tasks"])
         if tasks["kind"] == SourceKind.JSONL and (self.folder / TASKS_FILE).is_file():
             tasks["path"] = str(self.folder / TASKS_FILE)
-        if worlds is not None:
-            tasks["worlds"] = str(worlds)
+        here = functools.partial(found_here, run_root=run_root)
+        tasks["worlds"] = str(worlds) if worlds is not None else here(tasks.get("worlds"), "worlds", "--worlds")
         if engine.tokenizer is None:
-            engine = engine.model_copy(update={"tokenizer": self.recorded["engine"].get("tokenizer")})
+            tokenizer = here(self.recorded["engine"].get("tokenizer"), "tokenizer", "--tokenizer")
+            engine = engine.model_copy(update={"tokenizer": tokenizer})
+        policy_now = policy if policy is not None else here(self.recorded.get("policy"), "policy", "--policy")
         fields = {k: v for k, v in self.recorded.items() if k not in ("seeding", "resolved_harness", "judge")}
         spec = EvalSpec.model_validate(
             fields
             | {"tasks": tasks, "engine": engine, "out_dir": out_dir, "concurrency": concurrency, "judge": judge}
-            | ({"policy": policy} if policy is not None else {})
+            | {"policy": policy_now}
         )
         self._check_harness(resolve_harness(spec).settings)
         return spec
@@ -245,3 +254,32 @@ class RecordedEval:
             f"the harness settings now differ from those the eval in {self.folder} ran with ({', '.join(changed)}); "
             "pass --policy with the policy folder it evaluated"
         )
+
+
+def found_here(recorded: str | None, what: str, flag: str, run_root: Path | None = None) -> str | None:
+    """Where a path an eval recorded is now: as recorded; else, for a run folder copied or moved (another checkout,
+    another machine), inside ``run_root`` (the part after the run's id: its checkpoints) or in this checkout's
+    content-addressed folders (the part from ``data/`` or ``models/`` on). A recorded name no rule applies to (a hub
+    id) is kept. ``EvalConfigError`` names every place looked when a path is found nowhere."""
+    if recorded is None or Path(recorded).exists():
+        return recorded
+    parts = Path(recorded).parts
+    places = []
+    if run_root is not None and run_root.name in parts:
+        after = len(parts) - parts[::-1].index(run_root.name)
+        places.append(run_root.joinpath(*parts[after:]))
+    home = next((i for i in reversed(range(len(parts))) if parts[i] in CONTENT_ADDRESSED), None)
+    if home is not None:
+        places.append(Path.cwd().joinpath(*parts[home:]))
+    if not places and not Path(recorded).is_absolute():
+        return recorded
+    for place in places:
+        if place.exists():
+            return str(place)
+    looked = ", ".join(str(p) for p in [Path(recorded), *places])
+    rebuild = (
+        " (a content-addressed folder: running the run's profile once in this checkout builds the same one)"
+        if home is not None
+        else ""
+    )
+    raise EvalConfigError(f"the eval's {what} is in none of {looked}{rebuild}; or pass {flag} PATH")

@@ -111,14 +111,18 @@ class GateReport(BaseModel):
         return f"{self.stage.folder}: gate failed: {broke}"
 
     def markdown(self) -> str:
-        """The gate report as markdown: verdict, criteria table, findings."""
+        """The gate report as markdown: verdict, criteria table, each criterion's detail, findings. Details are a
+        list below the table, not a column: a long one (the tools it names, a CI) pushed the Prefect UI's table past
+        its pane, which cut the column off."""
         verdict = "PASSED" if self.passed else "FAILED"
         lines = [f"# Stage {self.stage.index} · {self.stage.value} — gate {verdict}", ""]
-        lines += ["| criterion | measured | needs | verdict | detail |", "|---|---|---|---|---|"]
+        lines += ["| criterion | measured | needs | verdict |", "|---|---|---|---|"]
         for c in self.criteria:
             mark = "pass" if c.passed else "**FAIL**"
-            name, detail = plain(c.name), plain(c.detail)
-            lines.append(f"| {name} | {fmt(c.measured)} | {c.op} {fmt(c.threshold)} | {mark} | {detail} |")
+            lines.append(f"| {plain(c.name)} | {fmt(c.measured)} | {c.op} {fmt(c.threshold)} | {mark} |")
+        details = [f"- {plain(c.name)}: {plain(c.detail)}" for c in self.criteria if c.detail.strip()]
+        if details:
+            lines += ["", *details]
         if self.findings:
             lines += ["", "## Findings", ""]
             for f in self.findings:

@@ -179,8 +179,15 @@ class StageEval:
         return f"{self.suite}/{self.label}"
 
     def evaluated(self, policy: Path) -> bool:
-        """Whether this eval's policy is the folder ``policy``."""
-        return self.record.policy is not None and Path(self.record.policy).resolve() == policy.resolve()
+        """Whether this eval's policy is the folder ``policy`` (where the record's path is now, for a moved run)."""
+        from evals.errors import EvalConfigError
+        from evals.run_folder import found_here
+
+        try:
+            now = found_here(self.record.policy, "policy", "--policy", run_root=self.record.folder.parents[1])
+        except EvalConfigError:
+            return False
+        return now is not None and Path(now).resolve() == policy.resolve()
 
 
 def _newest(folder: Path) -> float:
@@ -246,6 +253,7 @@ def _stage_spec(args: argparse.Namespace) -> tuple[EvalSpec, str, StageEval]:
         judge=_judge(args),
         worlds=Path(args.worlds) if args.worlds else None,
         policy=Path(args.policy) if args.policy else None,
+        run_root=store.root,
     )
     return spec, f"{store.run_id}-{args.stage}-{stage_eval.suite}-{stage_eval.label}", stage_eval
 

@@ -173,13 +173,20 @@ def _manifests(policy: Path) -> list[StageManifest]:
         {"subject": "code_exec_run_python", "problem": "fails on 60% of calls with known-good arguments "
          "(mostly ModuleNotFoundError)", "advice": "preinstall the missing package in the sandbox image", "rate": 0.6},
     ]  # fmt: skip
+    # The columns the ablations stage writes per arm (flows/mechanisms.py): 18 of them, wide enough that a table
+    # that cannot wrap overflows a 1,280-px window (the browser test's overflow check).
+    mechanisms = {"nudges_inserted": 0, "dppo_masked_share": 0.0, "ratio_abs_dev_mean": 0.013736263736263736,
+                  "overlong_dropped_share": 0.0, "length_penalty_mean": 0.0, "weights_vs_token_mean": 0.0, "idle": None}
     arms = [
         {"arm": "baseline", "mean_reward": 0.41, "se": 0.03, "pass_at_1": 0.30, "delta": 0.0, "ci_low": None,
-         "ci_high": None, "verdict": "baseline", "landed": False, "error": None},
+         "ci_high": None, "verdict": "baseline", "landed": False, "error": None, "mechanisms": None, **mechanisms},
         {"arm": "dppo", "mean_reward": 0.47, "se": 0.03, "pass_at_1": 0.36, "delta": 0.06, "ci_low": 0.01,
-         "ci_high": 0.11, "verdict": "better", "landed": False, "error": None},
+         "ci_high": 0.11, "verdict": "better", "landed": False, "error": None, "mechanisms": "DPPO",
+         **mechanisms, "dppo_masked_share": 0.0021598272138228943},
         {"arm": "dppo_prompt_mean_nudge", "mean_reward": 0.52, "se": 0.03, "pass_at_1": 0.41, "delta": 0.11,
-         "ci_low": 0.05, "ci_high": 0.17, "verdict": "better", "landed": True, "error": None},
+         "ci_low": 0.05, "ci_high": 0.17, "verdict": "better", "landed": True, "error": None,
+         "mechanisms": "context nudge, DPPO, aggregation", **mechanisms, "nudges_inserted": 20,
+         "dppo_masked_share": 0.0012004801920768306, "weights_vs_token_mean": 0.047058823529411764},
     ]  # fmt: skip
     suites = [
         {"suite": "code_only", "base": 0.35, "trained": 0.42, "delta": 0.07, "ci_low": -0.01, "ci_high": 0.15,

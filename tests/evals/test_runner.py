@@ -549,10 +549,18 @@ def test_cli_tier_filter_default_folder_and_summary_line(
 STAGE_HARNESS = HarnessConfig(max_turns=4, max_tokens_per_turn=200, context_budget_tokens=40_000)
 
 
-def _stage_evals(root: Path, engine: Engine, tokenizer_dir: Path, task_file: Path) -> dict[str, Path]:
+def _stage_evals(
+    root: Path,
+    engine: Engine,
+    tokenizer_dir: Path,
+    task_file: Path,
+    worlds: Path | None = None,
+    homes: dict[str, Path] | None = None,
+) -> dict[str, Path]:
     """A run folder as the pipeline leaves one: run.json and the hero's evals of its toy tasks, base and trained, each
     as ``tasks.evaluation`` runs it (the tasks.jsonl in its work folder, apps in process, harness seed 1 = the run's
-    seed + 1, the policy's harness.json). The policies' folders by label."""
+    seed + 1, the policy's harness.json). ``worlds`` and ``homes`` (a policy folder per label) say where those live
+    (default: beside the tasks, and ``root/policies``). The policies' folders by label."""
     from envs.loaders import load_jsonl
     from evals.run_folder import TASKS_FILE
     from tasks.run_store import RunStore
@@ -560,13 +568,15 @@ def _stage_evals(root: Path, engine: Engine, tokenizer_dir: Path, task_file: Pat
     store = RunStore.create(root, "local", {}, "hash", run_id="r1")
     policies = {}
     for label, script in (("base", ["I do not know."]), ("trained", SOLVER)):
-        policies[label] = root / "policies" / label
+        policies[label] = (homes or {}).get(label) or root / "policies" / label
         write_policy_harness(policies[label], PolicyHarness(apps=("filesystem",), harness=STAGE_HARNESS))
         folder = store.root / "6-hero" / f"eval-heldout-{label}-0123abcd"
         save_jsonl([t for t in load_jsonl(task_file) if t.tier is Tier.TOY], folder / TASKS_FILE)
         engine.scripts[f"stage-{label}"] = script
         spec = EvalSpec(
-            tasks=TaskSource(kind=SourceKind.JSONL, path=folder / TASKS_FILE, worlds=task_file.parent / "worlds"),
+            tasks=TaskSource(
+                kind=SourceKind.JSONL, path=folder / TASKS_FILE, worlds=worlds or task_file.parent / "worlds"
+            ),
             engine=EngineSpec(base_url=engine.url, model=f"stage-{label}", tokenizer=str(tokenizer_dir)),
             passes=2,
             out_dir=folder,
@@ -664,3 +674,44 @@ def test_a_stage_eval_that_cannot_run_the_same_is_refused(engine, tokenizer_dir,
     assert _rerun(engine, run, "rerun", "--label", "trained", "--out", str(tmp_path / "x")) == 2
     err = capsys.readouterr().err
     assert "the harness settings now differ from those the eval in" in err and "ran with (max_turns)" in err
+
+
+def test_a_run_copied_to_another_checkout_evaluates_without_the_first(
+    engine, tokenizer_dir, task_file, tmp_path, monkeypatch, capsys
+):
+    """Checkout A ran the stage: worlds in its content-addressed ``data/env-<digest>``, the base in ``models/base``,
+    the trained policy in the run folder — all recorded as A's absolute paths. The run folder copied into checkout B
+    (which built the same data and base) and A deleted: the eval runs again from B alone, the same numbers; without
+    B's data it is refused, naming every place it looked."""
+    import shutil
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    digest = "env-0123456789abcdef"
+    worlds = first / "data" / digest / "worlds"
+    shutil.copytree(task_file.parent / "worlds", worlds)
+    homes = {"base": first / "models" / "base" / "feedc0de", "trained": first / "runs" / "r1" / "6-hero" / "policy"}
+    _stage_evals(first / "runs", engine, tokenizer_dir, task_file, worlds=worlds, homes=homes)
+    shutil.copytree(first / "runs" / "r1", second / "runs" / "r1")  # the run, and what B built for itself
+    shutil.copytree(first / "data", second / "data")
+    shutil.copytree(first / "models", second / "models")
+    shutil.rmtree(first)
+    monkeypatch.chdir(second)
+    engine.scripts["moved"] = SOLVER
+    trained = second / "runs" / "r1" / "6-hero" / "policy"
+    assert _rerun(engine, Path("runs/r1"), "moved", "--policy", str(trained), "--out", str(tmp_path / "t")) == 0
+    out = capsys.readouterr().out
+    assert "(heldout/trained of stage hero)" in out and "Pass@1 1.000 ± 0.000" in out
+    assert json.loads((tmp_path / "t" / "spec.json").read_text())["tasks"]["worlds"] == str(
+        second / "data" / digest / "worlds"
+    )
+    engine.scripts["moved-base"] = ["I do not know."]
+    assert _rerun(engine, Path("runs/r1"), "moved-base", "--label", "base", "--out", str(tmp_path / "b0")) == 0
+    assert json.loads((tmp_path / "b0" / "spec.json").read_text())["policy"] == str(
+        second / "models" / "base" / "feedc0de"
+    )
+
+    shutil.rmtree(second / "data")  # B never built the data
+    assert _rerun(engine, Path("runs/r1"), "moved-base", "--label", "base", "--out", str(tmp_path / "b1")) == 2
+    err = capsys.readouterr().err
+    assert f"the eval's worlds is in none of {worlds}, {second / 'data' / digest / 'worlds'}" in err
+    assert "running the run's profile once in this checkout builds the same one); or pass --worlds PATH" in err

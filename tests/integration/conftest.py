@@ -109,7 +109,14 @@ def stop_tree(process: subprocess.Popen, hung: signal.Signals | None = None) -> 
 
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory) -> Iterator[dict[str, str]]:
-    home = tmp_path_factory.mktemp("prefect-server")
+    with prefect_server_process(tmp_path_factory.mktemp("prefect-server")) as (_, env):
+        yield env
+
+
+@contextmanager
+def prefect_server_process(home: Path) -> Iterator[tuple[subprocess.Popen, dict[str, str]]]:
+    """`recipe server` on a free port with ``home`` as PREFECT_HOME, until the block ends: its process and the
+    environment a client needs."""
     port = free_port()
     env = os.environ | {
         "PREFECT_HOME": str(home),
@@ -134,7 +141,7 @@ def prefect_server(tmp_path_factory) -> Iterator[dict[str, str]]:
 
     try:
         wait_for(healthy, START_TIMEOUT_S, "prefect server start")
-        yield env
+        yield process, env
     finally:
         stop_tree(process)
 
@@ -187,6 +194,7 @@ def ops() -> SimpleNamespace:
         wait_for=wait_for,
         serve=serve_deployments,
         stop_tree=stop_tree,
+        server_process=prefect_server_process,
         running=running,
         interruptible=interruptible,
         repo=REPO,

@@ -274,3 +274,50 @@ def test_static_export_opens_from_file(runs_root, tmp_path, browser_page, shots)
         f"1–{held['hero'].split()[0]} of {held['hero'].split()[0]} trajectories"
     )
     assert not errors, errors
+
+
+NARROW = {"width": 1280, "height": 800}
+VIEWS = {
+    "stages": "#/stages",
+    "trajectories": "#/trajectories",
+    "trajectory": "#/trajectories?tool=sheets_read_cell&call=failed",  # then its first row
+    "compare": "#/compare?task_id=ib-3-ebitda",
+    "tools": "#/tools?stage=all",
+    "curves": "#/curves",
+    "runs": "#/runs?with=sample-b",
+}
+OVERFLOW = """() => {
+  const page = document.documentElement.scrollWidth - window.innerWidth;
+  const boxes = [...document.querySelectorAll('.card, .chart, .side > div')]
+    .filter(box => box.scrollWidth > box.clientWidth + 1)
+    .map(box => (box.dataset.table || box.dataset.curves || box.className)
+      + ' by ' + (box.scrollWidth - box.clientWidth));
+  return {page, boxes};
+}"""
+
+
+def test_no_view_is_wider_than_a_1280_px_window(served, browser_page, shots) -> None:
+    """Every view of the explorer at 1,280 × 800: nothing scrolls sideways, neither the page nor a card, chart or side
+    of a comparison (a newcomer's 1,400-px window showed "Compare runs" at 2,447 px and "Curves & tables" at 2,169)."""
+    from playwright.sync_api import expect
+
+    page, errors = browser_page
+    page.set_viewport_size(NARROW)
+    wide = {}
+    for name, hash_ in VIEWS.items():
+        page.goto(served + hash_)
+        expect(page.locator("main > *").first).to_be_visible(timeout=TIMEOUT_MS)
+        page.wait_for_load_state("networkidle")
+        if name == "trajectory":
+            page.locator("table.list tbody tr").first.click()
+            expect(page.locator(".trajectory .turn").first).to_be_visible(timeout=TIMEOUT_MS)
+        if name == "curves":
+            expect(page.locator("svg.chart polyline").first).to_be_attached(timeout=TIMEOUT_MS)
+        if name == "runs":
+            expect(page.locator("[data-compare=sample-vs-sample-b]")).to_be_visible(timeout=TIMEOUT_MS)
+        page.screenshot(path=shots / f"narrow-{name}.png", full_page=True)
+        found = page.evaluate(OVERFLOW)
+        if found["page"] > 0 or found["boxes"]:
+            wide[name] = found
+    assert not wide, wide
+    assert not errors, errors

@@ -26,7 +26,8 @@ def test_hostile_text_in_a_gate_report_renders_as_text() -> None:
     html = MarkdownIt("commonmark", {"html": True}).enable("table").render(report.markdown())
     assert "<img" not in html and "<script" not in html and "<a " not in html and "href" not in html
     assert html.count("<tr>") == 1 + len(HOSTILE)  # the header and one row per criterion
-    assert all(row.count("<td>") == 5 for row in html.split("<tr>")[2:])
+    assert all(row.count("<td>") == 4 for row in html.split("<tr>")[2:])
+    assert html.count("<li>") == 2 * len(HOSTILE)  # each criterion's detail, each finding: one item apiece
     assert "onerror" in html and "document.cookie" in html  # shown, as text
 
 

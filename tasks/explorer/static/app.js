@@ -630,16 +630,19 @@ function stageCurves(steps) {
   });
 }
 
+// A stage's table as the catalog holds it. Headers wrap between words (snake_case names shown with spaces) and
+// numbers stay whole, so a wide table (the ablation arms: 18 columns) fits a 1,280-px window instead of widening it.
 function genericTable(rows) {
   let columns = [...new Set(rows.flatMap((r) => Object.keys(r)))];
   const ci = columns.includes("ci_low") && columns.includes("ci_high");
   if (ci) columns = columns.filter((c) => c !== "ci_low" && c !== "ci_high");
-  const header = ci ? [...columns, "95 % CI"] : columns;
+  const header = [...columns.map((c) => c.replaceAll("_", " ")), ...(ci ? ["95 % CI"] : [])];
+  const numeric = columns.flatMap((c, i) => (rows.every((r) => r[c] === null || r[c] === undefined || typeof r[c] === "number") ? [i] : []));
   return table(header, rows.map((r) => {
     const cells = columns.map((c) => (c === "verdict" && r[c] ? badge(r[c], r[c] === "worse" ? "fail" : r[c] === "better" ? "pass" : "") : fmt(r[c])));
     if (ci) cells.push(r.ci_low === null || r.ci_low === undefined ? "–" : `[${fmt(r.ci_low)}, ${fmt(r.ci_high)}]`);
     return cells;
-  }), { class: "stage-table" });
+  }), { class: "stage-table", numeric: ci ? [...numeric, columns.length] : numeric });
 }
 
 async function curvesView() {
