@@ -333,6 +333,10 @@ def test_the_chain_at_the_gpu_plans_shape_is_placed_by_ray_and_survives_its_kill
         catalog = Catalog(runs / run_id / "catalog.duckdb")
         versions = catalog.query("SELECT max(weight_version_max) AS v FROM trajectories WHERE stage = 'hero'")
         assert versions[0]["v"] >= 2  # the hero's rollouts came from engines that took its weights in flight
+        # Every job's tools read their worlds: a job whose working folder Ray unpacked again under it failed 2,012
+        # calls with "No such file or directory" while its plumbing-only gates still passed.
+        lost = catalog.query("SELECT stage, count(*) AS n FROM tool_calls WHERE error LIKE '%No such file%' GROUP BY 1")
+        assert lost == [], lost
         engines = [j for j in jobs if j["metadata"].get("role") == "engines"]
         assert engines and all(j["status"] in ("STOPPED", "SUCCEEDED") for j in engines)
         assert not [pid for pid in pids_naming("vllm.entrypoints.openai.api_server") if running(pid)]

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from envs.files import atomic_write_text
 from envs.harness.tool_formats import ToolFormatName
 from envs.net import free_port
+from trainer.cluster.jobs import leave_working_dir
 from trainer.cluster.ledger import Claim
 from trainer.cluster.reserve import wait_placed
 from trainer.vllm.launch import Device, VllmServeSpec, vllm_serve_spec
@@ -156,6 +157,7 @@ def main(argv: list[str]) -> int:
     import ray
 
     spec = FleetSpec.model_validate_json(Path(argv[0]).read_bytes())
+    leave_working_dir(spec.logs_dir)
     stopping = False
 
     def on_signal(signum: int, frame: object) -> None:

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.files import atomic_write_text
 from envs.loaders import load_jsonl
+from trainer.cluster.jobs import leave_working_dir
 from trainer.cluster.ledger import Claim
 from trainer.cluster.reserve import reserve
 from trainer.cluster.shards import ShardWriter
@@ -114,6 +115,7 @@ def main(argv: list[str]) -> int:
 
     transformers_logging.disable_progress_bar()  # a bar per checkpoint written, likewise
     spec = TrainJobSpec.read(Path(argv[0]))
+    leave_working_dir(spec.out_dir)
     history = run(spec)
     print(f"[job {spec.label}] done: {len(history.steps)} steps in {history.wall_s:.1f} s", flush=True)
     return 0
