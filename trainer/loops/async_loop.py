@@ -11,7 +11,9 @@ requests freeze with their KV cache and continue on the new weights). Rules:
   most S steps after the weights that began it: staleness = (steps done when it is trained) − (weights version
   when it was generated) ≤ S; S = 0 degenerates to the synchronous loop.
 * a group whose rewards tie (zero variance, ``rollouts.has_signal``) is dropped and its slot is refilled (dropped
-  groups are not ``accepted``, so admission opens again).
+  groups are not ``accepted``, so admission opens again); ``max_dropped_in_a_row`` such groups with none accepted
+  end the run with ``NoRewardSignal`` (a policy that solves none or all of its tasks would otherwise sample forever:
+  a hero on tasks its base never solved drew 2,696 rollouts in 17 minutes for one step).
 * the admission rule bounds how far generation runs ahead, but a slow group can still be overtaken by younger
   ones; the trainer drops (and frees the slot of) any group that would exceed S when it reaches the front, so the
   bound holds per trajectory, not only on average (``groups_stale`` counts them).
@@ -75,6 +77,12 @@ class AsyncLoopConfig(LoopConfig):
     runtime: RuntimeKind = RuntimeKind.ASYNCIO
     ray_address: str | None = None
     """Ray cluster address (None: a local ``ray.init(num_cpus=2)``)."""
+    max_dropped_in_a_row: int = Field(256, ge=1)
+    """Groups in a row without reward variance after which the run ends (``NoRewardSignal``)."""
+
+
+class NoRewardSignal(RuntimeError):
+    """Every group for ``max_dropped_in_a_row`` in a row had rewards that all tie: nothing to learn from."""
 
 
 def admission_capacity(config: AsyncLoopConfig, running: int, step: int, accepted: int) -> int:
@@ -174,6 +182,7 @@ class _Choreography:
         self.runtime, self.config, self.cursor = runtime, config, start.cursor
         S, B = config.max_staleness, config.prompts_per_step
         self.steps_done, self.accepted, self.running, self.dropped = start.step, start.step * B, 0, 0
+        self.dropped_in_a_row = 0
         self.finished: list[Trajectory] = []  # every finished group's rollouts since the last step
         self.outstanding: set[int] = set()
         self.buffer: asyncio.Queue[tuple[int, list[Trajectory]]] = asyncio.Queue(maxsize=(S + 1) * B)
@@ -220,11 +229,20 @@ class _Choreography:
                 group = trainable(group)
                 if has_signal(group, self.config.trainer.algorithm):
                     self.accepted += 1
+                    self.dropped_in_a_row = 0
                     self.buffer.put_nowait((position, group))
                 else:
                     self.dropped += 1
+                    self.dropped_in_a_row += 1
                     self.outstanding.discard(position)
                 self.changed.notify_all()
+            if self.dropped_in_a_row >= self.config.max_dropped_in_a_row:
+                rewards = sorted({t.reward for t in group}) or ["none trainable"]
+                raise NoRewardSignal(
+                    f"{self.dropped_in_a_row} groups in a row had rewards that all tie (the last: {rewards}), so "
+                    "there is nothing to learn from: the policy solves none (or all) of these tasks. Train on tasks "
+                    "with reward variance (de-risk counts them) or a stronger base"
+                )
 
     async def _requeue(self, position: int, error: Exception) -> None:
         """Give a dead worker's position back to the stream (first in line), unless it keeps killing workers."""
@@ -305,6 +323,33 @@ async def run_async(
     hooks = hooks or LoopHooks()
     history, clock = start.history, WallClock(start.history.wall_s)
     loop = _Choreography(runtime, config, start)
+    ended: Exception | None = None
+    try:
+        await _choreograph(loop, runtime, config, history, clock, out_dir, hooks)
+    except ExceptionGroup as group:  # a worker's run-ending error, raised as itself (its class is the finding)
+        ending = [e for e in group.exceptions if isinstance(e, NoRewardSignal | EngineRejected)]
+        if not ending:
+            raise
+        ended = ending[0]
+    if loop.finished:  # finished after the last step or before the run ended: recorded too
+        hooks.rollouts(loop.steps_done, loop.finished)
+    if loop.workers_replaced:
+        log.warning("%d generation workers died and were replaced", loop.workers_replaced)
+    if ended is not None:
+        raise ended from None
+    return history
+
+
+async def _choreograph(
+    loop: _Choreography,
+    runtime: Runtime,
+    config: AsyncLoopConfig,
+    history: LoopHistory,
+    clock: WallClock,
+    out_dir: Path,
+    hooks: LoopHooks,
+) -> None:
+    """The workers and the trainer until ``config.steps`` steps are done (then the workers are cancelled)."""
     async with asyncio.TaskGroup() as tasks:
         workers = [tasks.create_task(loop.supervised_worker()) for _ in range(config.workers)]
         last_wall = history.wall_s
@@ -326,8 +371,3 @@ async def run_async(
             hooks.step(record)
         for task in workers:
             task.cancel()
-    if loop.finished:  # finished after the last step: recorded too (groups still running were cancelled)
-        hooks.rollouts(loop.steps_done, loop.finished)
-    if loop.workers_replaced:
-        log.warning("%d generation workers died and were replaced", loop.workers_replaced)
-    return history

@@ -12,12 +12,14 @@ from trainer.engine.weight_sync import push_weights
 from trainer.loops.async_loop import (
     AsyncLoopConfig,
     AsyncStart,
+    NoRewardSignal,
     StreamCursor,
     admission_capacity,
     run_async,
     staleness,
 )
 from trainer.loops.history import LoopHistory
+from trainer.loops.job import LoopHooks
 from trainer.loops.stream import task_at
 
 
@@ -62,6 +64,25 @@ def test_staleness_stays_within_the_bound_and_dropped_groups_are_refilled(tmp_pa
     assert max(r.staleness_max for r in history.steps) <= max_staleness
     if max_staleness == 0:
         assert all(r.staleness_max == 0 for r in history.steps)
+
+
+class AllTie(StubRuntime):
+    """A policy that solves none of its tasks: every group's rewards tie."""
+
+    async def generate(self, position: int) -> list[Trajectory]:
+        group = await super().generate(position)
+        return [t.model_copy(update={"reward": 0.0, "passed": False}) for t in group]
+
+
+def test_a_policy_that_never_varies_ends_the_run_saying_so_instead_of_sampling_forever(tmp_path):
+    config = AsyncLoopConfig(prompts_per_step=2, steps=3, workers=4, checkpoint_every=0, max_dropped_in_a_row=20)
+    runtime, reported = AllTie(), []
+    hooks = LoopHooks(on_rollouts=lambda step, trajectories: reported.extend(trajectories))
+    start = AsyncStart(0, StreamCursor(), LoopHistory(kind="async"))
+    with pytest.raises(NoRewardSignal, match=r"20 groups in a row had rewards that all tie \(the last: \[0.0\]\)"):
+        asyncio.run(run_async(runtime, config, start, tmp_path, hooks))
+    assert 20 <= len(runtime.generated) < 20 + config.workers  # it stopped at the bound, not after
+    assert len(reported) >= 20 * 4  # the dropped groups' rollouts were still recorded
 
 
 def test_more_staleness_lets_generation_run_ahead(tmp_path):
