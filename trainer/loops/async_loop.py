@@ -82,7 +82,24 @@ class AsyncLoopConfig(LoopConfig):
 
 
 class NoRewardSignal(RuntimeError):
-    """Every group for ``max_dropped_in_a_row`` in a row had rewards that all tie: nothing to learn from."""
+    """Every group for ``max_dropped_in_a_row`` in a row had rewards that all tie, or no rollout to train on."""
+
+
+def no_signal_message(groups: int, last: list[Trajectory], kept: list[Trajectory]) -> str:
+    """Why ``groups`` groups in a row were dropped, from the last one: the policy (its rewards tie) or the rollouts
+    (none trainable: an engine or environment failing, named by the first error)."""
+    if kept:
+        return (
+            f"{groups} groups in a row had rewards that all tie (the last: {sorted({t.reward for t in kept})}), so "
+            "there is nothing to learn from: the policy solves none (or all) of these tasks. Train on tasks with "
+            "reward variance (de-risk counts them) or a stronger base"
+        )
+    failed = next((t for t in last if t.error), None)
+    cause = f"{failed.error_class}: {failed.error}" if failed is not None else "no rollout finished"
+    return (
+        f"{groups} groups in a row had no rollout to train on (the last group's first failure: {cause}): the "
+        "engines or the environment fail, not the policy"
+    )
 
 
 def admission_capacity(config: AsyncLoopConfig, running: int, step: int, accepted: int) -> int:
@@ -226,23 +243,18 @@ class _Choreography:
             async with self.changed:
                 self.running -= 1
                 self.finished.extend(group)  # recorded with their error class; trained on only if trainable
-                group = trainable(group)
-                if has_signal(group, self.config.trainer.algorithm):
+                kept = trainable(group)
+                if has_signal(kept, self.config.trainer.algorithm):
                     self.accepted += 1
                     self.dropped_in_a_row = 0
-                    self.buffer.put_nowait((position, group))
+                    self.buffer.put_nowait((position, kept))
                 else:
                     self.dropped += 1
                     self.dropped_in_a_row += 1
                     self.outstanding.discard(position)
                 self.changed.notify_all()
             if self.dropped_in_a_row >= self.config.max_dropped_in_a_row:
-                rewards = sorted({t.reward for t in group}) or ["none trainable"]
-                raise NoRewardSignal(
-                    f"{self.dropped_in_a_row} groups in a row had rewards that all tie (the last: {rewards}), so "
-                    "there is nothing to learn from: the policy solves none (or all) of these tasks. Train on tasks "
-                    "with reward variance (de-risk counts them) or a stronger base"
-                )
+                raise NoRewardSignal(no_signal_message(self.dropped_in_a_row, group, kept))
 
     async def _requeue(self, position: int, error: Exception) -> None:
         """Give a dead worker's position back to the stream (first in line), unless it keeps killing workers."""

@@ -15,11 +15,13 @@ from trainer.loops.async_loop import (
     NoRewardSignal,
     StreamCursor,
     admission_capacity,
+    no_signal_message,
     run_async,
     staleness,
 )
 from trainer.loops.history import LoopHistory
 from trainer.loops.job import LoopHooks
+from trainer.loops.rollouts import trainable
 from trainer.loops.stream import task_at
 
 
@@ -83,6 +85,15 @@ def test_a_policy_that_never_varies_ends_the_run_saying_so_instead_of_sampling_f
         asyncio.run(run_async(runtime, config, start, tmp_path, hooks))
     assert 20 <= len(runtime.generated) < 20 + config.workers  # it stopped at the bound, not after
     assert len(reported) >= 20 * 4  # the dropped groups' rollouts were still recorded
+
+
+def test_groups_that_only_fail_end_the_run_naming_the_failure_not_the_policy():
+    lost = Trajectory(task_id="t", group_id="g", error_class="retryable_infra", error="engine 127.0.0.1:18000 refused")
+    message = no_signal_message(256, [lost] * 4, trainable([lost] * 4))
+    assert message == (
+        "256 groups in a row had no rollout to train on (the last group's first failure: retryable_infra: engine "
+        "127.0.0.1:18000 refused): the engines or the environment fail, not the policy"
+    )
 
 
 def test_more_staleness_lets_generation_run_ahead(tmp_path):
