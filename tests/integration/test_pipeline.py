@@ -86,6 +86,28 @@ def test_resume_after_fixing_the_bar_reruns_only_what_did_not_pass(failed_at_ove
     assert all(folder in html for folder in after) and "data:image/png;base64" in html
 
 
+def test_a_run_copied_elsewhere_audits_reports_and_views_without_the_original(failed_at_overfit, tmp_path) -> None:
+    """The run folder copied to another root (another checkout, another machine) and the original moved away: the
+    audit, the report and the trace explorer work from the copy and name none of the original's paths."""
+    import shutil
+
+    from tasks.explorer.queries import Explorer
+    from tasks.explorer.static_export import write_static
+
+    _, store = failed_at_overfit
+    copy = RunStore(shutil.copytree(store.root, tmp_path / "elsewhere" / "runs" / store.root.name))
+    away = store.root.rename(store.root.with_name(store.root.name + "-away"))
+    try:
+        trail = "\n".join(audit_lines(copy))
+        assert f"folder {copy.root.resolve()}" in trail and str(store.root) not in trail
+        assert all(f"{m.folder} " in trail for m in copy.manifests())
+        assert "data:image/png;base64" in write_report(copy).html.read_text()
+        export = write_static(Explorer(copy), tmp_path / "view")
+        assert export.index.is_file() and export.written > 0
+    finally:
+        away.rename(store.root)
+
+
 def test_a_known_bad_variant_fails_derisk_and_nothing_later_runs(prefect_harness, data, tmp_path) -> None:
     state, store = run_smoke(tmp_path, data, "sandbox.variants=[slides_returns_none]")
     assert state.name == "GateFailed" and statuses(store) == [FAILED] + [SKIPPED] * 6
