@@ -156,6 +156,8 @@ def test_start_a_run_from_the_form_and_read_its_gate_report(ui, ops, shots, smok
         page.goto(f"{base}/artifacts/artifact/{gate['id']}")
         expect(page.get_by_text("Stage 1 · derisk — gate PASSED").first).to_be_visible(timeout=30_000)
         expect(page.get_by_text("oracle pass rate").first).to_be_visible()
+        # each criterion's detail is a line under the table (a fifth column ran past the UI's pane and was cut off)
+        expect(page.get_by_text(re.compile(r"^oracle pass rate: \d+/\d+$")).first).to_be_visible()
         page.screenshot(path=shots / "4-gate-report.png", full_page=True)
 
         [plots] = [a for a in ops.api(ui, "POST", "/artifacts/filter", json={}) if a["key"] == "stage-1-derisk-plots"]

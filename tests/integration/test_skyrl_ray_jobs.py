@@ -109,7 +109,7 @@ def test_dry_run_job_streams_and_its_steps_reach_the_catalog(ray_head: str, tmp_
             sys.executable, "--timeout", str(JOB_TIMEOUT_S), "--catalog", str(catalog_path)]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "[dry run] overrides valid: 101 keys" in out and "policy_loss_type: dppo" in out  # streamed
+    assert "[dry run] overrides valid: 103 keys" in out and "policy_loss_type: dppo" in out  # streamed
     assert ": SUCCEEDED; 2 train steps read from its metrics" in out
     rows = Catalog(catalog_path).query("SELECT stage, run, step, trajectories, trained FROM train_steps ORDER BY step")
     run = "qwen36-35b-hero-dppo_prompt_mean_nudge-dryrun"

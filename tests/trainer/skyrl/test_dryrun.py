@@ -20,7 +20,7 @@ def _lines() -> list[str]:
 def test_a_valid_set_prints_the_config_and_dry_run_blocks(capsys) -> None:
     assert dryrun.run(["--steps", "3", *_lines()]) == 0
     out = capsys.readouterr().out
-    assert "[dry run] overrides valid: 101 keys (84 SkyRL, 17 rl_recipe)" in out
+    assert "[dry run] overrides valid: 103 keys (85 SkyRL, 18 rl_recipe)" in out
     assert "policy_loss_type: dppo" in out and "max_staleness_steps: 3" in out
     rows = train_step_rows(metric_blocks(out.splitlines()), stage="hero", run="dry")
     assert [r["step"] for r in rows] == [1, 2, 3]
