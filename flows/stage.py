@@ -58,7 +58,7 @@ from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.prune import pruned_work_folders
 from tasks.run_lock import holding
-from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, now
+from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, eval_folder_stem, now
 from tasks.training import TrainerRunner, TrainJob, TrainResult, retention_set, train
 from tasks.validation import Suite, validate_stage
 from trainer.algorithms.config import AlgorithmConfig
@@ -351,7 +351,7 @@ class StageRun:
         judge = self.config.judge
         if judge.url and judge.model:  # tasks with llm_judge criteria are graded by the profile's judge
             job = replace(job, judge=JudgeSpec(base_url=judge.url, model=judge.model, api_key_env=judge.api_key_env))
-        out = self.work_dir(f"eval-{job.suite}-{job.label}", job.inputs())
+        out = self.work_dir(eval_folder_stem(job.suite, job.label), job.inputs())
         return evaluate(self.scope, job, out, self.config.seed + 1)
 
     def plot(self, name: str, path: Path) -> None:

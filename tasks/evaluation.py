@@ -33,6 +33,7 @@ from evals.spec import SEEDING, EngineSpec, EvalSpec, HarnessKind, HarnessOverri
 from tasks.artifacts import ProgressArtifact, log
 from tasks.context import StageScope
 from tasks.engine import EngineSettings, policy_endpoint
+from tasks.run_store import eval_folder_stem
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def evaluate(scope: StageScope, job: EvalJob, out_dir: Path, seed: int) -> EvalR
             mcp_backend=job.mcp_backend,
             judge=job.judge,
         )
-        key = f"eval-{job.suite}-{job.label}"
+        key = eval_folder_stem(job.suite, job.label)
         with ProgressArtifact(out_dir.parent.name, key, total=job.passes * len(tasks)) as progress:
             result = run_eval(spec, progress=lambda p: progress.advance(by=0 if p.record is None else 1))
     _record(scope, job, result, tasks)

@@ -294,6 +294,21 @@ class RunStore:
         return self.root / relative
 
 
+def eval_folder_stem(suite: str, label: str) -> str:
+    """``eval-<suite>-<label>``: the name of a stage eval's work folder before its key (``StageRun.work_dir`` adds
+    ``-<key>``); ``eval_folder_parts`` reads it back. A suite holds no hyphen: the label starts at the first one."""
+    if "-" in suite:
+        raise ValueError(f"an eval suite's name holds no hyphen (the folder name could not be read back): {suite!r}")
+    return f"eval-{suite}-{label}"
+
+
+def eval_folder_parts(name: str) -> tuple[str, str] | None:
+    """(suite, label) of a stage eval's work folder ``eval-<suite>-<label>-<key>``; None for any other name."""
+    stem, _, key = name.rpartition("-")
+    suite, _, label = stem.removeprefix("eval-").partition("-")
+    return (suite, label) if name.startswith("eval-") and key and suite and label else None
+
+
 def read_model(path: Path, model: type[M]) -> M:
     """The JSON record at ``path`` as ``model``, read through the safe parser; a ``RunStoreError`` naming the file
     when it is missing, unreadable, not JSON or not that record (any record of a run folder: ``pruned.json`` too)."""

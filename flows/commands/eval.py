@@ -168,7 +168,7 @@ def _flags_spec(args: argparse.Namespace) -> tuple[EvalSpec, str]:
 
 @dataclass(frozen=True)
 class StageEval:
-    """One eval a stage ran: its work folder ``eval-<suite>-<label>-<key>`` (``flows.stage.StageRun.evaluate``)."""
+    """One eval a stage ran: its work folder ``eval-<suite>-<label>-<key>`` (``tasks.run_store.eval_folder_stem``)."""
 
     suite: str
     label: str
@@ -204,12 +204,13 @@ def stage_evals(store: RunStore, stage: str) -> list[StageEval]:
     from evals.errors import EvalConfigError
     from evals.run_folder import SPEC_FILE, RecordedEval
     from flows.config import StageName
+    from tasks.run_store import eval_folder_parts
 
     stage_dir = store.root / StageName(stage).folder
     newest: dict[tuple[str, str], Path] = {}
     for folder in sorted((spec.parent for spec in stage_dir.glob(f"eval-*/{SPEC_FILE}")), key=_newest):
-        suite, _, label = folder.name.removeprefix("eval-").rsplit("-", 1)[0].partition("-")
-        newest[suite, label] = folder
+        if (parts := eval_folder_parts(folder.name)) is not None:
+            newest[parts] = folder
     if not newest:
         raise EvalConfigError(
             f"stage {stage} of run {store.run_id} ran no eval (no {stage_dir}/eval-*/{SPEC_FILE}); run it first: "

@@ -175,8 +175,15 @@ def _manifests(policy: Path) -> list[StageManifest]:
     ]  # fmt: skip
     # The columns the ablations stage writes per arm (flows/mechanisms.py): 18 of them, wide enough that a table
     # that cannot wrap overflows a 1,280-px window (the browser test's overflow check).
-    mechanisms = {"nudges_inserted": 0, "dppo_masked_share": 0.0, "ratio_abs_dev_mean": 0.013736263736263736,
-                  "overlong_dropped_share": 0.0, "length_penalty_mean": 0.0, "weights_vs_token_mean": 0.0, "idle": None}
+    mechanisms = {
+        "nudges_inserted": 0,
+        "dppo_masked_share": 0.0,
+        "ratio_abs_dev_mean": 0.013736263736263736,
+        "overlong_dropped_share": 0.0,
+        "length_penalty_mean": 0.0,
+        "weights_vs_token_mean": 0.0,
+        "idle": None,
+    }
     arms = [
         {"arm": "baseline", "mean_reward": 0.41, "se": 0.03, "pass_at_1": 0.30, "delta": 0.0, "ci_low": None,
          "ci_high": None, "verdict": "baseline", "landed": False, "error": None, "mechanisms": None, **mechanisms},

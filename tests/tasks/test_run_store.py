@@ -4,7 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from tasks.run_store import RunStore, RunStoreError, StageManifest, StageStatus, code_version
+from tasks.run_store import (
+    RunStore,
+    RunStoreError,
+    StageManifest,
+    StageStatus,
+    code_version,
+    eval_folder_parts,
+    eval_folder_stem,
+)
 
 
 def test_create_open_and_manifests_in_stage_order(tmp_path: Path) -> None:
@@ -41,3 +49,11 @@ def test_damaged_files_name_themselves(tmp_path: Path) -> None:
 def test_code_version_of_this_checkout() -> None:
     version = code_version()
     assert version.commit is None or len(version.commit) == 40
+
+
+def test_a_stage_evals_folder_name_is_written_and_read_back_in_one_place() -> None:
+    for suite, label in [("heldout", "trained"), ("code_only", "dppo_prompt_mean_nudge"), ("mcq", "hero-dppo")]:
+        assert eval_folder_parts(f"{eval_folder_stem(suite, label)}-0123abcd") == (suite, label)
+    assert eval_folder_parts("train-hero-dppo-c6934748") is None and eval_folder_parts("eval-heldout") is None
+    with pytest.raises(ValueError, match="holds no hyphen"):
+        eval_folder_stem("held-out", "base")
