@@ -10,32 +10,21 @@ names itself in ``Host``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from envs.net import free_port
-from envs.tokens import ensure_token_file
-from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
-from trainer.vllm.launch import ROUTES, VllmServeSpec
-from trainer.vllm.server import VllmServer
+from tests.gated_engine import gated_engine
+from trainer.vllm.launch import ROUTES
 
-CORPUS = [f"file {i}: the memo says {i * 11 % 70} pages about client {i % 13}" for i in range(200)]
-SPEC = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=128)
 RL_ROUTES = [name for name in ROUTES if name not in ("health", "completions")]
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    root = tmp_path_factory.mktemp("gate")
-    policy = save_policy(*bootstrap_policy(CORPUS, SPEC, vocab_size=300), root / "policy")
-    token = ensure_token_file(root / "engines" / "token")
-    argv = [sys.executable, "-m", "trainer.engine.server", str(policy), "--served-model-name", "policy"]
-    spec = VllmServeSpec(argv, {}, "127.0.0.1", free_port(), "policy", root / "engines" / "token")
-    with VllmServer(spec, root / "engine.log", start_timeout_s=120) as server:
-        yield server.base_url, token
+    with gated_engine(tmp_path_factory.mktemp("gate")) as served:
+        yield served
 
 
 def send(base: str, name: str, headers: dict[str, str] | None = None, **kwargs) -> httpx.Response:

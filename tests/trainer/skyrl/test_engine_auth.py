@@ -9,7 +9,6 @@ The client and the router are SkyRL's and vllm-router's own. Runs in ``.venv-clu
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -19,27 +18,16 @@ pytest.importorskip("skyrl", reason="SkyRL's client: .venv-cluster (make install
 import aiohttp
 import httpx
 
-from envs.net import free_port
-from envs.tokens import ensure_token_file
-from trainer.model import TinyModelSpec, bootstrap_policy, save_policy
+from tests.gated_engine import gated_engine
 from trainer.skyrl.engine_auth import GatedInferenceClient, RemoteInferenceClient
-from trainer.vllm.launch import VllmServeSpec
-from trainer.vllm.server import VllmServer
 
-CORPUS = [f"file {i}: the memo says {i * 11 % 70} pages about client {i % 13}" for i in range(200)]
-SPEC = TinyModelSpec(layers=1, hidden=32, heads=2, kv_heads=1, head_dim=16, intermediate=64, max_position=128)
 PROMPT = {"json": {"prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0.0}}
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    root = tmp_path_factory.mktemp("engine")
-    policy = save_policy(*bootstrap_policy(CORPUS, SPEC, vocab_size=300), root / "policy")
-    token = ensure_token_file(root / "engines" / "token")
-    argv = [sys.executable, "-m", "trainer.engine.server", str(policy), "--served-model-name", "policy"]
-    spec = VllmServeSpec(argv, {}, "127.0.0.1", free_port(), "policy", root / "engines" / "token")
-    with VllmServer(spec, root / "engine.log", start_timeout_s=120) as server:
-        yield server.base_url, token
+    with gated_engine(tmp_path_factory.mktemp("engine")) as served:
+        yield served
 
 
 def client_of(url: str, servers: list[str]) -> RemoteInferenceClient:
