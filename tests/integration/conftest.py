@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from envs.net import free_port
+from envs.scratch import process_running
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
@@ -85,14 +86,7 @@ def descendants(pid: int) -> list[int]:
 
 def running(pids: list[int]) -> list[int]:
     """Those of ``pids`` that still run (not exited, not a zombie)."""
-    alive = []
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                alive.append(pid)
-        except (OSError, IndexError):
-            continue
-    return alive
+    return [pid for pid in pids if process_running(pid)]
 
 
 def stop_tree(process: subprocess.Popen, hung: signal.Signals | None = None) -> tuple[bool, list[int]]:

@@ -43,7 +43,7 @@ import httpx
 from envs.errors import RecipeError
 from envs.files import atomic_write_json
 from envs.net import LOOPBACK, free_port
-from envs.scratch import owner_alive, owner_tag
+from envs.scratch import owner_alive, owner_tag, process_running
 from envs.tokens import ensure_token_file, read_token_file
 from trainer.cluster.jobs import auth_headers
 from trainer.cluster.netns import NamespaceError, NetworkNamespace
@@ -82,17 +82,6 @@ class ClusterState:
     netns: str | None = None
     bridge: list = field(default_factory=list)
     """The bridge's pid and owner tag (a cluster in a namespace)."""
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.is_file() and stat.read_text().split(") ", 1)[-1].startswith("Z"))
 
 
 def pids_naming(marker: str) -> list[int]:
@@ -242,7 +231,7 @@ class LocalCluster:
         assert self.state is not None
         deadline = time.monotonic() + timeout_s
         while len(alive_nodes(self.dashboard, self.token)) < nodes:
-            if not _running(self.state.pids[-1]):
+            if not process_running(self.state.pids[-1]):
                 return False
             if time.monotonic() > deadline:
                 self._fail(len(self.state.pids) - 1, f"node not alive within {timeout_s:g} s")
@@ -259,7 +248,7 @@ class LocalCluster:
         assert self.state is not None
         deadline = time.monotonic() + timeout_s
         while not ready():
-            if not _running(self.state.pids[node]):
+            if not process_running(self.state.pids[node]):
                 self._fail(node, f"node {node} exited")
             if time.monotonic() > deadline:
                 self._fail(node, f"{what} not up within {timeout_s:g} s")
@@ -307,7 +296,7 @@ def stop_state(state: ClusterState, timeout_s: float = STOP_TIMEOUT_S) -> None:
     for pid, when in reversed(nodes):  # workers first, the head last
         _signal_group(pid, when, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while any(_running(pid) and _ours(pid, when) for pid, when in nodes) and time.monotonic() < deadline:
+    while any(process_running(pid) and _ours(pid, when) for pid, when in nodes) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pid, when in nodes:
         _signal_group(pid, when, signal.SIGKILL)
