@@ -81,6 +81,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
         gpu_memory_utilization=cluster.gpu_memory_utilization if cluster else 0.85,
         seed=config.seed,
         resources=resources,
+        engines_per_node=max(1, cluster.gpus_per_node // tensor_parallel) if cluster and "GPU" in resources else None,
         start_timeout_s=vllm.start_timeout_s,
         placement_timeout_s=cluster.placement_timeout_s if cluster else 600.0,
         state_file=root / "engines.json",

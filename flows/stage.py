@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +344,8 @@ class StageRun:
         staging = cluster_target(self.config, self.store)
         job_dir = staging.job_dir(self.stage.folder, out) if staging else out
         engines = training_engines(settings, job_dir / "weights")
-        return TrainJob(label, policy, tasks, loop.model_copy(update={"engines": engines}), out)
+        current = partial(training_engines, settings, job_dir / "weights") if engines is not None else None
+        return TrainJob(label, policy, tasks, loop.model_copy(update={"engines": engines}), out, current)
 
     def evaluate(self, job: EvalJob) -> EvalResult:
         """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds), with the

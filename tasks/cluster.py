@@ -10,7 +10,9 @@ backend runs the loop in its own process, and gets the same ``TrainResult`` with
    (``JobLedger``) as soon as it is submitted. A stage run again (``recipe run --resume``, a Prefect retry) whose job
    is still PENDING or RUNNING follows it; one that SUCCEEDED while nobody watched is ingested; a FAILED or STOPPED
    one (or one the cluster no longer knows) is submitted again — the loop resumes from its newest checkpoint under the
-   same folder — at most ``max_job_attempts`` submissions in all. Killing the flow's process touches no job;
+   same folder, on the engines the stage would give it now (``TrainJob.current_engines``: a fleet whose engine's
+   node died has started elsewhere) — at most ``max_job_attempts`` submissions in all. Killing the flow's process
+   touches no job;
 3. **follow**: the job's log goes into the Prefect run line by line; after every poll the shards that changed are
    read into the catalog, a step at a time (``Catalog.delete_step`` first: a resumed job re-ran it), and the progress
    artifact moves;
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -249,14 +251,12 @@ class RayJobRunner:
 
     def __call__(self, scope: StageScope, job: TrainJob) -> TrainResult:
         spec = self.spec(scope, job)
-        key, jobs = job.out_dir.name, self.target.jobs()
+        key, label, jobs = job.out_dir.name, job.label, self.target.jobs()
         with ProgressArtifact(scope.folder, f"train-{job.label}", total=job.loop.steps) as progress:
             ingest = _Ingest(scope, job, spec, progress)
             while True:
                 record = self._attach_or_submit(jobs, scope, key, spec)
-                watch = _Watch(
-                    jobs, record.job_id, lambda text: ingest(self.entry.log_steps(text, scope.stage, job.label))
-                )
+                watch = _Watch(jobs, record.job_id, lambda text: ingest(self.entry.log_steps(text, scope.stage, label)))
                 status = jobs.follow(
                     record.job_id, timeout_s=self.target.job_timeout_s, on_log=watch.on_log, on_poll=watch.on_poll
                 )
@@ -277,7 +277,25 @@ class RayJobRunner:
                     status,
                     tail,
                 )
+                job, spec = self._on_current_engines(scope, job, spec)
         return self.entry.result(spec, [ingest.rows[step] for step in sorted(ingest.rows)])
+
+    def _on_current_engines(
+        self, scope: StageScope, job: TrainJob, spec: TrainJobSpec
+    ) -> tuple[TrainJob, TrainJobSpec]:
+        """The job (and its spec, written again) on the engines its stage would give it now: when an engine's node
+        died the run's fleet starts again elsewhere (``tasks.fleet``), and a job resubmitted against the dead URLs
+        would fail the same way until its attempts ran out."""
+        if job.current_engines is None:
+            return job, spec
+        engines = job.current_engines()
+        if engines == job.loop.engines:
+            return job, spec
+        was = ", ".join(job.loop.engines.urls) if job.loop.engines else "its own engine"
+        now = ", ".join(engines.urls) if engines else "its own engine"
+        log("the run's engines moved (%s → %s): the resubmitted job generates on the new ones", was, now)
+        job = replace(job, loop=job.loop.model_copy(update={"engines": engines}))
+        return job, self.spec(scope, job)
 
     def _attach_or_submit(self, jobs: RayJobs, scope: StageScope, key: str, spec: TrainJobSpec) -> JobRecord:
         """The recorded job when it is still alive or finished well; else a new submission (module docstring)."""

