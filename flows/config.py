@@ -32,6 +32,7 @@ from envs.faults import FaultPlan
 from envs.harness.config import HarnessConfig
 from envs.options import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX, BadVariant, OracleTransport, ProviderName
 from envs.types import Tier
+from tasks.tracking.contract import TrackingSettings
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.algorithms.defects import RewardDefect
 from trainer.local.config import Layout, TrainerConfig
@@ -703,6 +704,8 @@ class RecipeConfig(_Section):
     sandbox: SandboxSection = SandboxSection()
     alerts: AlertsSection = AlertsSection()
     schedule: ScheduleSection = ScheduleSection()
+    tracking: TrackingSettings = TrackingSettings()
+    """Experiment trackers the stages also report to (``tasks.tracking``): TensorBoard, MLflow, W&B offline."""
     harness: dict[str, Any] = Field(default_factory=dict)
     """Changes to the policy's harness (``HarnessConfig`` fields) for every rollout of this run."""
     trainer: TrainerConfig = TrainerConfig(lr=1e-4)

@@ -24,6 +24,7 @@ from flows.placement import fleet_spec
 from flows.preflight import REPO_ROOT, needs_cluster, repo_path
 from flows.skyrl_jobs import base_model, planned_loops, skyrl_run_for
 from tasks.cluster import SKYRL_MODULE, TRAIN_MODULE
+from tasks.tracking.trackers import TRACKERS
 from trainer.loops import AsyncLoopConfig
 
 SKYRL_PYTHON = REPO_ROOT / ".venv-cluster" / "bin" / "python"
@@ -53,6 +54,10 @@ def _where(config: RecipeConfig) -> list[str]:
     thinking = {True: "on", False: "off", None: "the template's default"}[harness.thinking]
     flags = " ".join(vllm_chat_flags(dialect, harness.thinking))
     lines.append(f"tool calls: {dialect.name.value}, thinking {thinking} (a vLLM chat route: {flags})")
+    tracking = config.tracking
+    described = [f"{name.value} ({TRACKERS[name].describe(tracking)})" for name in tracking.backends]
+    trackers = "; ".join(described) or "none (the run folder only)"
+    lines.append(f"trackers: {trackers}")
     return lines
 
 

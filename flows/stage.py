@@ -384,10 +384,22 @@ class StageRun:
         measured = f"{self.stage.value} of run {self.store.run_id}: what the stage measured"
         publish_table(folder, "metrics", _metric_rows(report.metrics), measured)
         publish_files(folder, self.store.root, {"gate report": gate_md, **self.plots})
+        self._track()
         log("%s", report.summary())
         if report.passed:
             return report.model_dump(mode="json")
         return Failed(name="GateFailed", message=report.summary(), data=GateFailed(report.model_dump_json()))
+
+    def _track(self) -> None:
+        """This stage (and any a tracker missed) to the profile's trackers; a tracker's trouble is only a warning."""
+        if not self.config.tracking.backends:
+            return
+        from tasks.tracking.publish import publish_run
+
+        found = publish_run(self.store, self.config.tracking)
+        if found:
+            lines = "\n".join(f"- **{name}**: `{link}`" for name, link in found.items())
+            publish_markdown(self.stage.folder, "tracking", f"## Trackers of run {self.store.run_id}\n\n{lines}\n")
 
     def _close(self, status: StageStatus, **fields: Any) -> None:
         finished = now()

@@ -45,6 +45,16 @@ def log(message: str, *args: object) -> None:
         logger.info(message, *args)
 
 
+def warn(message: str, *args: object) -> None:
+    """``log`` at warning level: something went wrong that does not stop the stage."""
+    if in_prefect_run():
+        from prefect.logging import get_run_logger
+
+        get_run_logger().warning(message, *args)
+    else:
+        logger.warning(message, *args)
+
+
 def publish_markdown(stage_folder: str, what: str, markdown: str, description: str = "") -> str | None:
     if not in_prefect_run():
         return None

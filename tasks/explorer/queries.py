@@ -35,6 +35,7 @@ from envs.errors import RecipeError
 from tasks.explorer.selection import SAMPLE_COLUMNS
 from tasks.explorer.tokens import Decoder, trajectory_view
 from tasks.run_store import RunStore, RunStoreError, StageManifest
+from tasks.tracking.state import links as tracker_links
 
 T = TypeVar("T")
 KNOWN_GOOD_SOURCES = ("oracle", "probe")
@@ -386,6 +387,7 @@ class Explorer:
                 "counts": counts[0] if counts else {},
                 "facets": self.facets(),
                 "decoded": self.decoder is not None,
+                "trackers": tracker_links(self.store.root),
             }
         )
 

@@ -273,6 +273,10 @@ async function stagesView() {
       chip("host", run.host), chip("trajectories", counts.trajectories), chip("tool calls", counts.tool_calls),
       chip("train steps", counts.train_steps), chip("eval trials", counts.evals)),
     run.history.length ? h("p", { class: "muted" }, run.history.map((c) => `config changed ${c.at}: ${c.reason}`).join("; ")) : null,
+    Object.keys(o.trackers || {}).length ? h("p", { class: "trackers" }, "Trackers: ",
+      ...Object.entries(o.trackers).map(([name, where]) => /^https?:/.test(where)
+        ? h("span", {}, h("a", { href: where, target: "_blank", rel: "noopener" }, name), " ")
+        : h("span", { title: where }, `${name}: ${where} `))) : null,
     o.decoded ? null : h("p", { class: "note" }, "No tokenizer found for this run: trajectories show token ids (pass --tokenizer)."));
   if (!o.stages.length) return h("div", {}, head, h("p", { class: "muted" }, "No stage has written a manifest yet."));
   const cards = o.stages.map((s) => h("div", { class: "card stage", "data-stage": s.stage },
