@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@# pip takes torch from the wheel on disk (uv does not look there); uv installs the rest, downloads in parallel
 	@# (on a clean clone 21 s against pip's 40) and keeps the torch that satisfies the lock's pin.
 	$(PIP) install -q $(LOCK) "$(TORCH_PIN)" uv
-	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode $(LOCK) -e ".[dev]"
+	$(VENV)/bin/uv pip install -q --python $(PY) --compile-bytecode $(LOCK) -e ".[dev,tracking]"
 	@# Test data from a registry package: qwen-agent's wheel ships Qwen's BPE ranks (qwen.tiktoken), from which
 	@# tests/trainer/test_hf_checkpoint.py builds Qwen's real tokenizer (no hub here); none of its code is imported.
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps qwen-agent==0.0.34
