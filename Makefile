@@ -66,7 +66,8 @@ gate-matrix: install
 test-browser: install
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	$(PIP) install -q $(LOCK) -e ".[browser]" "$(TORCH_PIN)"
-	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py
+	$(PY) -m pytest -m browser tests/integration/test_browser.py tests/integration/test_explorer_browser.py \
+		tests/integration/test_tracking_browser.py
 
 # The docker sandbox provider on a real daemon. docker-base starts dockerd if none answers (as root: no bridge, no
 # iptables, data root /var/lib/rl-recipe-docker, socket /var/run/docker.sock, log /var/log/rl-recipe-dockerd.log) and

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from envs.errors import RecipeError
+from evals.run_folder import found_here
 from tasks.artifacts import log, warn
 from tasks.explorer.queries import Explorer
 from tasks.explorer.tokens import Decoder, load_decoder
@@ -151,12 +154,14 @@ def _bounded(work: Callable[[], BackendState], timeout_s: float, what: str) -> B
 
 
 def _decoder(store: RunStore) -> Decoder | None:
-    """The base's tokenizer (what de-risk prepared), to decode conversations; None: tables show token ids."""
+    """The base's tokenizer (what de-risk prepared; found as a moved run's evals find it), to decode conversations;
+    None when it is nowhere here: tables then show token ids."""
     derisk = store.manifest("1-derisk")
     policy = derisk.outputs.get("policy") if derisk else None
     if not isinstance(policy, str):
         return None
     try:
-        return load_decoder(store.path(policy))
-    except (OSError, ValueError):
+        where = found_here(policy, "the base", "--policy", store.root)
+        return load_decoder(Path(where)) if where else None
+    except (RecipeError, OSError, ValueError):
         return None
