@@ -10,13 +10,14 @@ from mlflow import MlflowClient
 
 from envs.net import free_port
 from tasks.catalog import Catalog
+from tasks.explorer.queries import Explorer
 from tasks.explorer.sample import build_sample_run
 from tasks.run_store import RunStore
 from tasks.tracking import TrackerName, TrackingSettings
 from tasks.tracking.publish import publish_run
-from tasks.tracking.state import links, load_state, tracking_folder
 from tasks.tracking.record import metric_key
 from tasks.tracking.server import read_server, start_server, stop_server
+from tasks.tracking.state import links, load_state, tracking_folder
 from tests.tasks.tracking.readers import (
     mlflow_table,
     tensorboard_points,
@@ -123,6 +124,7 @@ def test_a_dead_server_is_a_warning_and_the_run_catches_up_when_it_is_back(
         [remote] = client.search_runs(client.get_experiment_by_name("rl-recipe").experiment_id)
         assert {k: remote.data.metrics[k] for k in gate_values(run)} == pytest.approx(gate_values(run))
         assert links(run.root) == found
+        assert Explorer(run).overview()["trackers"] == found  # the trace explorer's run page links it
     finally:
         assert stop_server(root)
     assert read_server(root) is None and not stop_server(root)
