@@ -29,7 +29,7 @@ from tasks.run_store import RunStore, StageStatus, all_runs
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-RECIPE = [sys.executable, "-m", "flows.cli"]  # `recipe`, with this interpreter
+RECIPE = [sys.executable, "-m", "cli"]  # `recipe`, with this interpreter
 CHAIN_TIMEOUT_S = 4 * 3600.0
 ENGINES: dict[str, list[str]] = {
     "ours": ["backends.engine=local"],

@@ -164,7 +164,7 @@ def main() -> None:
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "flows.cli", "view", "scale", "--runs-root", str(root / "runs")]
+    command = [sys.executable, "-m", "cli", "view", "scale", "--runs-root", str(root / "runs")]
     launched = time.perf_counter()
     server = subprocess.Popen([*command, "--port", str(port)], cwd=REPO, stdout=subprocess.DEVNULL)
     rows: list[tuple[str, float]] = []

@@ -1,6 +1,6 @@
 """The one base class of errors a user fixes (a flag, a config, a file) rather than a bug or a crash to debug.
 
-``flows.cli.main`` catches ``RecipeError``: it prints ``recipe: error: <message>`` on one line and exits 2, with no
+``cli.main.main`` catches ``RecipeError``: it prints ``recipe: error: <message>`` on one line and exits 2, with no
 traceback, so the message must say what is wrong and how to fix it. It lives in ``envs`` because ``envs`` imports
 nothing of ours: every package (``envs``, ``trainer``, ``evals``, ``flows``) can raise a subclass of it.
 

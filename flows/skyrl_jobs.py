@@ -12,8 +12,8 @@ from typing import Any
 
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness
-from flows.commands.plan import cluster_layout
 from flows.config import EngineBackend, PolicySource, RecipeConfig
+from flows.layout import cluster_layout
 from tasks.cluster import SkyRLEntry
 from tasks.systems import Knobs, one_factor_trials
 from tasks.training import loop_config

@@ -41,7 +41,7 @@ def test_every_oracle_solves_its_task(data_dir, transport):
 
     Runs the CLI as a process, as a user does (the stdio transport hands its stderr to the gateway processes).
     """
-    command = [sys.executable, "-m", "flows.cli", "envs", "check", "--data", str(data_dir), "--transport", transport]
+    command = [sys.executable, "-m", "cli", "envs", "check", "--data", str(data_dir), "--transport", transport]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[2])
     n_tasks = len(load_tasks(data_dir))
     assert f"oracle solved {n_tasks}/{n_tasks}" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

@@ -88,7 +88,7 @@ def servers(tokenizer_dir):
 
 
 def _run(servers: Servers, tokenizer_dir: Path, model: str, tmp_path: Path, *extra: str) -> int:
-    from flows.cli import main
+    from cli.main import main
 
     argv = ["eval", "run", "--tasks", f"apex:{RELEASE}", "--worlds", str(tmp_path / "worlds")]
     argv += ["--engine-url", servers.engine_url, "--model", model, "--tokenizer", str(tokenizer_dir)]
@@ -130,7 +130,7 @@ def test_without_a_judge_the_eval_stops_before_any_trial(servers, tokenizer_dir,
 
 
 def test_export_atif_writes_each_trial_as_an_atif_document(servers, tokenizer_dir, tmp_path):
-    from flows.cli import main
+    from cli.main import main
 
     judge = ["--judge-url", servers.judge_url, "--judge-model", "judge"]
     assert _run(servers, tokenizer_dir, "solver", tmp_path, *judge) == 0

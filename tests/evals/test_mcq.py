@@ -168,7 +168,7 @@ def test_run_mcq_raises_on_engine_errors(engine_url):
 
 
 def test_cli_mcq_saves_its_result_by_default_and_prints_one_whole_line(engine_url, tmp_path, monkeypatch, capsys):
-    from flows.cli import main
+    from cli.main import main
 
     rows = tmp_path / "four.jsonl"
     rows.write_text("".join(row.model_dump_json(exclude={"subject"}) + "\n" for row in load_mcq(BUNDLED_MCQ)[:4]))

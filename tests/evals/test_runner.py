@@ -239,7 +239,7 @@ def test_bad_sources_fail_clearly(tmp_path):
 
 
 def test_cli_run_resume_and_report(engine, tokenizer_dir, task_file, tmp_path, capsys):
-    from flows.cli import main
+    from cli.main import main
 
     engine.scripts["solver"] = SOLVER
     engine.scripts["silent"] = ["I do not know."]
@@ -376,7 +376,7 @@ def test_an_engine_rejection_stops_the_eval_once_without_retries(engine, tokeniz
 
 
 def _cli(engine: Engine, task_file: Path, model: str, out: Path, *extra: str) -> int:
-    from flows.cli import main
+    from cli.main import main
 
     argv = ["eval", "run", "--tasks", str(task_file), "--worlds", str(task_file.parent / "worlds")]
     argv += ["--engine-url", engine.url, "--model", model, "--passes", "2", "--out", str(out)]
@@ -514,7 +514,7 @@ def test_the_tier_filter_joins_the_identity_only_when_set(engine, tokenizer_dir,
 
 
 def _cli_default_out(engine: Engine, task_file: Path, tokenizer_dir: Path, *extra: str) -> int:
-    from flows.cli import main
+    from cli.main import main
 
     argv = ["eval", "run", "--tasks", str(task_file), "--worlds", str(task_file.parent / "worlds")]
     argv += ["--engine-url", engine.url, "--model", "solver", "--tokenizer", str(tokenizer_dir), "--passes", "2"]
@@ -590,7 +590,7 @@ def _stage_evals(
 
 
 def _rerun(engine: Engine, run: Path, model: str, *extra: str) -> int:
-    from flows.cli import main
+    from cli.main import main
 
     return main(
         ["eval", "run", "--run", str(run), "--stage", "hero", "--engine-url", engine.url, "--model", model, *extra]

@@ -3,7 +3,7 @@ and a profile that cannot fit refused before any work."""
 
 import pytest
 
-from flows.cli import main
+from cli.main import main
 from flows.config import ProfileError, load_profile
 from flows.ledger import run_ledger
 from flows.placement import fleet_spec

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from envs.net import free_port
 from flows import dry_run
-from flows.cli import main
 from flows.config import load_profile
 from flows.preflight import PlacementError, preflight
 
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("profile", ["qwen36-35b", "qwen35-397b"])
 def test_a_cluster_profile_without_a_cluster_fails_in_seconds_with_one_line(profile: str) -> None:
     started = time.monotonic()
-    command = [sys.executable, "-m", "flows.cli", "run", "--profile", profile]
+    command = [sys.executable, "-m", "cli", "run", "--profile", profile]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - started
     assert done.returncode == 2 and elapsed < 10, (elapsed, done.stderr[-500:])

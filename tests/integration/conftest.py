@@ -119,7 +119,7 @@ def prefect_server_process(home: Path) -> Iterator[tuple[subprocess.Popen, dict[
     }
     log = (home / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "server", "--port", str(port)],
+        [sys.executable, "-m", "cli", "server", "--port", str(port)],
         env=env,
         cwd=REPO,
         stdout=log,
@@ -159,7 +159,7 @@ def serve_deployments(env: dict[str, str], profile: str, log: Path) -> Iterator[
     schedules, and would replace what the test set meanwhile)."""
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--profile", profile],
+            [sys.executable, "-m", "cli", "serve", "--profile", profile],
             env=env,
             cwd=REPO,
             stdout=out,

@@ -74,7 +74,7 @@ def lone_server(tmp_path, ops) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ADDRESS_SETTINGS} | {"PREFECT_HOME": str(tmp_path)}
-    command = [sys.executable, "-m", "flows.cli", "server", "--port", str(port)]
+    command = [sys.executable, "-m", "cli", "server", "--port", str(port)]
     with (tmp_path / "server.log").open("w") as log:
         process = subprocess.Popen(command, env=env, cwd=ops.repo, stdout=log, stderr=log)
         try:

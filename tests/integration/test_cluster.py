@@ -316,7 +316,7 @@ def test_the_chain_at_the_gpu_plans_shape_survives_its_killed_submitter_and_its_
     smoke["backends"]["runtime"] = "asyncio"
     profile.write_text(yaml.safe_dump({"extends": "smoke", "profile": "cluster-smoke", **smoke}))
     runs, address = tmp_path / "runs", f"http://127.0.0.1:{dashboard}"
-    recipe = [sys.executable, "-m", "flows.cli"]
+    recipe = [sys.executable, "-m", "cli"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
     subprocess.run([*recipe, "cluster", "up", "--profile", str(profile)], cwd=REPO, check=True, timeout=600, env=env)
     cluster_root = REPO / ".cluster" / "cluster-smoke"  # what `recipe cluster up` wrote

@@ -49,7 +49,7 @@ def served(runs_root) -> Iterator[str]:
     """``recipe view sample`` as its own process, until the module's tests are done."""
     port = free_port()
     log = (runs_root.parent / "view.log").open("w")
-    command = [sys.executable, "-m", "flows.cli", "view", "sample", "--runs-root", str(runs_root), "--port", str(port)]
+    command = [sys.executable, "-m", "cli", "view", "sample", "--runs-root", str(runs_root), "--port", str(port)]
     process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -231,7 +231,7 @@ def test_static_export_opens_from_file(runs_root, tmp_path, browser_page, shots)
 
     out = tmp_path / "static"
     done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "view", "sample", "--runs-root", str(runs_root), "--static", str(out)],
+        [sys.executable, "-m", "cli", "view", "sample", "--runs-root", str(runs_root), "--static", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -257,7 +257,7 @@ def test_static_export_opens_from_file(runs_root, tmp_path, browser_page, shots)
     # A sample of the run: the filters count what the folder holds, next to the run's count.
     small = tmp_path / "static-small"
     done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "view", "sample", "--runs-root", str(runs_root), "--static", str(small),
+        [sys.executable, "-m", "cli", "view", "sample", "--runs-root", str(runs_root), "--static", str(small),
          "--limit", "12"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

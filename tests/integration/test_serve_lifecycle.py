@@ -28,7 +28,7 @@ def test_a_backgrounded_serve_stops_cleanly_on_a_signal_or_when_its_server_goes(
     home.mkdir()
     with ops.server_process(home) as (server, env), log.open("w") as out:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--profile", "smoke"],
+            [sys.executable, "-m", "cli", "serve", "--profile", "smoke"],
             env=env, cwd=REPO, stdout=out, stderr=out, preexec_fn=ignore_sigint,
         )  # fmt: skip
         try:

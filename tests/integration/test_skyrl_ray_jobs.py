@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.main import main
 from envs.net import free_port
-from flows.cli import main
 from tasks.catalog import Catalog
 from trainer.skyrl.submit import submit_job
 

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.e2e, pytest.mark.timeout(1800
 def recipe(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "cli", *args], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
 
@@ -87,7 +87,7 @@ def test_three_trackers_hold_one_run_each_through_a_kill_and_a_dead_server(envir
 
         start_server(server_root, port)  # the same store: the server comes back with what it had
         done = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "tracking", "publish", run.name, "--runs-root", str(runs)],
+            [sys.executable, "-m", "cli", "tracking", "publish", run.name, "--runs-root", str(runs)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import USAGE_ERROR, main
+from cli.main import USAGE_ERROR, main
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

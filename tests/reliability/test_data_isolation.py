@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from envs.build import (
     MARKER,
     NoTaskSetError,
@@ -27,7 +28,6 @@ from envs.build import (
     load_tasks,
 )
 from envs.files import ForeignFolderError
-from flows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -142,7 +142,7 @@ def test_a_root_that_is_a_build_is_used_and_never_touched_for_other_settings(tmp
 def test_a_folder_without_a_task_set_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(NoTaskSetError, match=r"holds no task set .* recipe envs generate"):
         load_tasks(tmp_path)
-    command = [sys.executable, "-m", "flows.cli", "envs", "check", "--data", "/proc/self"]
+    command = [sys.executable, "-m", "cli", "envs", "check", "--data", "/proc/self"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
@@ -182,8 +182,8 @@ def test_two_pipelines_with_different_settings_run_at_once(tmp_path: Path) -> No
     common = ["run", "--profile", "smoke", "--runs-root", str(runs), "--set", f"environment.data={data}"]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
     four = [*common, "--set", "environment.worlds_per_domain=4"]
-    first = subprocess.Popen([sys.executable, "-m", "flows.cli", *four], cwd=REPO, env=env)
-    second = subprocess.Popen([sys.executable, "-m", "flows.cli", *common], cwd=REPO, env=env)
+    first = subprocess.Popen([sys.executable, "-m", "cli", *four], cwd=REPO, env=env)
+    second = subprocess.Popen([sys.executable, "-m", "cli", *common], cwd=REPO, env=env)
     assert first.wait(timeout=3000) == 0 and second.wait(timeout=3000) == 0
     used = {}
     for manifest in runs.glob("*/1-derisk/manifest.json"):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from flows.cli import USAGE_ERROR, main
+from cli.main import USAGE_ERROR, main
 from flows.config import ProfileError, RunChanges, load_profile
 from tasks.run_store import RunStore, RunStoreError, StageManifest, StageStatus
 

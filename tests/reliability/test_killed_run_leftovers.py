@@ -25,7 +25,7 @@ def test_the_temporary_server_dies_with_a_sigkilled_run(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
         import time
-        from flows.commands.pipeline import start_local_server
+        from cli.commands.pipeline import start_local_server
         from prefect.server.api.server import SubprocessASGIServer
         start_local_server()
         print(SubprocessASGIServer().server_process.pid, flush=True)

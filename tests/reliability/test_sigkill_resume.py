@@ -194,7 +194,7 @@ def _recipe_env(tmp_path: Path) -> dict[str, str]:
 
 def _recipe(runs: Path, *args: str) -> list[str]:
     overrides = ["--set", "stages.overfit.steps=4"]  # a window between the first checkpoint and the last
-    return [sys.executable, "-m", "flows.cli", "run", *args, "--runs-root", str(runs), *overrides]
+    return [sys.executable, "-m", "cli", "run", *args, "--runs-root", str(runs), *overrides]
 
 
 def _only_run(runs: Path) -> RunStore:

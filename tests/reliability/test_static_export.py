@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flows.cli import USAGE_ERROR, main
+from cli.main import USAGE_ERROR, main
 from tasks.explorer.queries import Explorer
 from tasks.explorer.sample import build_sample_run
 from tasks.explorer.static_export import MARKER, write_static

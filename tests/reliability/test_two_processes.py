@@ -56,7 +56,7 @@ def holder(run: RunStore) -> Iterator[subprocess.Popen[str]]:
 
 def test_a_second_resume_is_refused_in_one_line_naming_the_first(run: RunStore, holder) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "run", "--resume", run.run_id, "--runs-root", str(run.root.parent)],
+        [sys.executable, "-m", "cli", "run", "--resume", run.run_id, "--runs-root", str(run.root.parent)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -65,7 +65,7 @@ def test_a_second_resume_is_refused_in_one_line_naming_the_first(run: RunStore, 
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"recipe: error: run {run.run_id} is being run by pid {holder.pid} since ")
     assert "(recipe run --resume)" in done.stderr
-    stage = [sys.executable, "-m", "flows.cli", "stage", "overfit", "--run", str(run.root)]
+    stage = [sys.executable, "-m", "cli", "stage", "overfit", "--run", str(run.root)]
     refused = subprocess.run(stage, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and f"is being run by pid {holder.pid}" in refused.stderr
     assert not list(run.root.glob("*/manifest.json"))  # neither touched the run

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from flows.cli import USAGE_ERROR, main
+from cli.main import USAGE_ERROR, main
 from tasks import comparison
 from tasks.catalog import Catalog
 from tasks.comparison import MARKER, default_out, write_comparison

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from flows.cli import main
+from cli.main import main
 from tasks.explorer import static_export
 from tasks.explorer.queries import Explorer
 from tasks.explorer.sample import build_sample_run

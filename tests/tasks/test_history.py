@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from cli.main import main
 from flows.config import StageName
 from tasks.history import OVERFIT_FOLDER, failure_streak, overfit_history
 from tasks.report import write_report

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from cli.main import main
 from tasks.catalog import Catalog
 from tasks.prune import CHECKPOINT_GLOBS, PRUNED_FILE, prune_log, prune_runs, pruned_work_folders
 from tasks.report import audit_lines

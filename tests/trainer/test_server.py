@@ -192,8 +192,8 @@ def test_real_socket_control_routes_with_a_request_in_flight(policy, tmp_path):
 @pytest.mark.parametrize(("extra", "name"), [([], None), (["--served-model-name", "base"], "base")])
 def test_recipe_engine_serve_prints_the_served_name(policy, tmp_path, monkeypatch, capsys, extra, name):
     """The default name is the folder as given (vLLM's default), what `recipe eval run --model` passes."""
+    from cli.main import main
     from envs.net import serve_in_thread
-    from flows.cli import main
     from trainer.engine import server
 
     model, tok = policy

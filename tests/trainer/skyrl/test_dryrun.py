@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows.commands.cluster import skyrl_run
+from cli.commands.cluster import skyrl_run
 from flows.config import load_profile
 from trainer.skyrl import dryrun
 from trainer.skyrl.metrics import metric_blocks, train_step_rows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.commands.cluster import skyrl_run
+from cli.commands.cluster import skyrl_run
 from flows.config import load_profile
 from trainer.algorithms.config import AdvantageEstimator, Aggregation, AlgorithmConfig, PolicyLoss, TisMode
 from trainer.algorithms.defects import RewardDefect

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.commands.cluster import skyrl_run
+from cli.commands.cluster import skyrl_run
 from flows.config import load_profile
 from trainer.skyrl.render import render
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from flows.args import non_negative_float, non_negative_int, positive_int
+from cli.args import non_negative_float, non_negative_int, positive_int
 
 if TYPE_CHECKING:
     from evals.records import EvalResult

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flows.args import RUNS_ROOT_HELP, non_negative_int
+from cli.args import RUNS_ROOT_HELP, non_negative_int
 
 
 def _history(args: argparse.Namespace) -> int:

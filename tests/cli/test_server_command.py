@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from flows.cli import main
-from flows.commands.server import server_environment
+from cli.commands.server import server_environment
+from cli.main import main
 
 UI_NAMES = ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")
 

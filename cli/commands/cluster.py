@@ -34,8 +34,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cli.args import port, positive_float
 from envs.errors import RecipeError
-from flows.args import port, positive_float
 
 if TYPE_CHECKING:
     from flows.config import RecipeConfig
@@ -270,6 +270,6 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 if __name__ == "__main__":
-    from flows.cli import main
+    from cli.main import main
 
     sys.exit(main(["cluster", *sys.argv[1:]]))

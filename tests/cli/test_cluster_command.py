@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "trainer" / "skyrl" / "golden"
@@ -77,11 +77,11 @@ def test_the_core_install_never_imports_skyrl_or_vllm() -> None:
     is spoken over plain HTTP) on that path."""
     code = (
         "import sys\n"
-        "import flows.cli, flows.commands.cluster\n"
+        "import cli.main, cli.commands.cluster\n"
         "import trainer.skyrl.render, trainer.skyrl.submit, trainer.vllm.launch, trainer.skyrl.dryrun\n"
         "import tasks.cluster, tasks.fleet, flows.placement, flows.preflight, flows.dry_run, trainer.vllm.remote\n"
         "assert 'ray' not in sys.modules, 'ray imported'\n"
-        "from flows.cli import main\n"
+        "from cli.main import main\n"
         "assert main(['cluster', 'render', '--profile', 'qwen36-35b']) == 0\n"
         "assert not {'skyrl', 'vllm', 'megatron'} & {m.split('.')[0] for m in sys.modules}, 'imported'\n"
     )

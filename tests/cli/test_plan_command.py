@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from cli.main import main
 
 MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "deployments" / "model_configs"
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from cli.args import RUNS_ROOT_HELP, port, positive_int
 from envs.errors import RecipeError
 from envs.net import LOOPBACK
-from flows.args import RUNS_ROOT_HELP, port, positive_int
 
 DEFAULT_PORT = 8765
 

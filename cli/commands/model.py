@@ -15,8 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from cli.args import non_negative_int, positive_int
 from envs.errors import RecipeError
-from flows.args import non_negative_int, positive_int
 
 console = Console()
 DEFAULT_DATA = "data"

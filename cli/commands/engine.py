@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from flows.args import port, positive_int
+from cli.args import port, positive_int
 
 
 def _engine_serve(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from flows.args import RUNS_ROOT_HELP
+from cli.args import RUNS_ROOT_HELP
 
 console = Console()
 MIGRATE_TIMEOUT_S = 300.0

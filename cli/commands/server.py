@@ -19,9 +19,9 @@ import shutil
 import sys
 from collections.abc import Mapping
 
+from cli.args import listen_port
 from envs.errors import RecipeError
 from envs.net import LOOPBACK
-from flows.args import listen_port
 
 UI_API_URL_NAMES = ("PREFECT_SERVER_UI_API_URL", "PREFECT_UI_API_URL")  # Prefect reads the first one set
 

@@ -1,10 +1,10 @@
 """The ``recipe`` command line: ``recipe <area> <command> [options]``; ``recipe <area> --help`` lists its commands.
 
-Areas live in ``flows/commands/`` (one module each, with ``register(subparsers)``). Heavy imports happen inside each
+Areas live in ``cli/commands/`` (one module each, with ``register(subparsers)``). Heavy imports happen inside each
 command so ``recipe --help`` stays instant. A command that raises ``RecipeError`` (``envs.errors``: a flag, a config
 or a file to fix) ends with one line ``recipe: error: <message>`` on stderr and exit code 2, like a bad flag; so does
 a ``pydantic.ValidationError`` from the values a command was given (a spec built from flags). Numbers out of range are
-refused by argparse itself (``flows.args``) before anything runs.
+refused by argparse itself (``cli.args``) before anything runs.
 
 ``recipe --help`` shows ``DESCRIPTION`` (for users), not this docstring. Every command and argument carries a one-line
 ``help`` (``tests/flows/test_cli_help.py`` walks the tree); a command's ``--help`` opens with that line, and a flag's
@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cli import commands as command_package
 from envs.errors import RecipeError
-from flows import commands as command_package
 
 USAGE_ERROR = 2  # argparse's exit code for a bad command line; a RecipeError is one too
 DESCRIPTION = """\

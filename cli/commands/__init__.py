@@ -1,4 +1,4 @@
 """Subcommands of the ``recipe`` CLI: one module per area, each with ``register(subparsers)``.
 
-``flows.cli`` adds every module of this package, so a new area is a new file here.
+``cli.main`` adds every module of this package, so a new area is a new file here.
 """

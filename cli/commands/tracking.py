@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flows.args import RUNS_ROOT_HELP, listen_port
+from cli.args import RUNS_ROOT_HELP, listen_port
 
 DEFAULT_ROOT = Path(".tracking")
 

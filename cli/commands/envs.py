@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.args import seed, worlds_per_domain
+from cli.args import seed, worlds_per_domain
 
 if TYPE_CHECKING:
     from envs.types import TaskSpec
