@@ -12,25 +12,13 @@ for the hero (the ablations land the real one).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import tempfile
-from pathlib import Path
-
 from envs.harness.tool_formats import TOOL_FORMATS, vllm_chat_flags
-from flows.config import EngineBackend, RecipeConfig, TrainerBackend
+from flows.config import RecipeConfig
 from flows.ledger import run_ledger
-from flows.placement import fleet_spec
-from flows.preflight import REPO_ROOT, needs_cluster, repo_path
-from flows.skyrl_jobs import base_model, planned_loops, skyrl_run_for
-from tasks.cluster import SKYRL_MODULE, TRAIN_MODULE
+from flows.placement import ENGINES, TRAINERS, needs_cluster
+from flows.skyrl_jobs import base_model, planned_loops
 from tasks.tracking.trackers import TRACKERS
 from trainer.loops import AsyncLoopConfig
-
-SKYRL_PYTHON = REPO_ROOT / ".venv-cluster" / "bin" / "python"
-SCHEMA_CHECK = REPO_ROOT / "trainer" / "skyrl" / "schema_check.py"
-CHECK_TIMEOUT_S = 600.0
-RUN_ROOT = "<run>"
 
 
 def _where(config: RecipeConfig) -> list[str]:
@@ -62,23 +50,7 @@ def _where(config: RecipeConfig) -> list[str]:
 
 
 def _engines(config: RecipeConfig) -> list[str]:
-    backend = config.backends.engine
-    if backend is EngineBackend.LOCAL:
-        return ["engines: our engine, in the flow's process (rollouts) and on loopback HTTP (evals, TITO, MCQ)"]
-    if backend is EngineBackend.OPENAI:
-        return [f"engines: the configured URL {config.engine.url} (evals, rollouts; training keeps its own engine)"]
-    budget = config.harness.get("context_budget_tokens", 1024)
-    spec = fleet_spec(config, Path(RUN_ROOT) / "engines", base_model(config) or "<base policy>", budget)
-    launch = spec.launch(spec.host or "NODE_ADDRESS", 8000)
-    where = f"each with {spec.resources} on the cluster" if needs_cluster(config) else "as processes here"
-    sync = "NCCL weight transfer" if spec.device.value == "cuda" else "reload_weights from a new folder per version"
-    return [
-        f"engines: {spec.engines} × vLLM ({spec.device.value}), {where}, serving {spec.model} as "
-        f"{spec.served_model_name}",
-        f"  {launch.command()}",
-        f"  started by the first stage that generates (a Ray Job: python -m trainer.cluster.engine_job), reused by the "
-        f"later stages and a resumed run, stopped when the pipeline ends; weights: pause(keep) → {sync} → resume",
-    ]
+    return ENGINES[config.backends.engine].describe(config, base_model(config) or "<base policy>")
 
 
 STAGE_WORK = {
@@ -98,66 +70,13 @@ STAGE_WORK = {
 def _job_lines(config: RecipeConfig) -> dict[str, list[str]]:
     """Per stage, its training jobs (the loops ``planned_loops`` gives) as they would be submitted."""
     by_stage: dict[str, list[str]] = {}
-    backend, cluster = config.backends.trainer, config.cluster
-    resources = dict(cluster.trainer_resources) if cluster else {}
-    python = repo_path(cluster.python) if cluster else "python"
-    node = f"on a node with {resources}" if resources else "on any node"
+    trainer = TRAINERS[config.backends.trainer]
     for label, (stage, loop) in planned_loops(config).items():
         kind = "async" if isinstance(loop, AsyncLoopConfig) else "sync"
         shape = f"{kind} loop, {loop.steps} steps of {loop.prompts_per_step} prompts × {loop.samples_per_prompt}"
-        if backend is TrainerBackend.LOCAL:
-            line = f"train {label}: {shape}, in the flow's process"
-        elif backend is TrainerBackend.RAY_JOB:
-            line = f"job {label}: {shape}: {python} -m {TRAIN_MODULE} <job folder>/spec.json {node}"
-        else:
-            line = f"job {label}: {shape}: {python} -m {SKYRL_MODULE} <overrides> {node}"
+        line = trainer.describe(config, label, shape)
         by_stage.setdefault(stage, []).append(line)
     return by_stage
-
-
-def _skyrl_overrides(config: RecipeConfig) -> tuple[list[str], list[list[str]]]:
-    """The SkyRL jobs' overrides: the first job's lines, the others' differences; and every set (for the check)."""
-    from trainer.skyrl.render import render
-
-    sets: list[tuple[str, list[str]]] = []
-    for label, (stage, loop) in planned_loops(config).items():
-        storage = f"{RUN_ROOT}/{stage}/{label}"
-        name = f"{config.profile}-{stage}-{label}"
-        run = skyrl_run_for(config, loop, name=name, model=base_model(config), storage=storage, stage=stage)
-        sets.append((label, render(run).lines()))
-    first_label, first = sets[0]
-    lines = [f"skyrl overrides of job {first_label} ({len(first)} keys):", *(f"  {line}" for line in first)]
-    for label, other in sets[1:]:
-        changed = sorted(set(other) - set(first))
-        lines.append(f"job {label} differs in {len(changed)} keys: {' '.join(changed)}")
-    return lines, [lines for _, lines in sets]
-
-
-def _schema_check(sets: list[list[str]]) -> str:
-    """Every set through SkyRL 0.3's config classes in ``.venv-cluster`` (one process), or why not."""
-    if not SKYRL_PYTHON.exists():
-        return "not checked against SkyRL's config classes: no .venv-cluster here (make .venv-cluster/.installed)"
-    with tempfile.TemporaryDirectory() as tmp:
-        files = []
-        for index, lines in enumerate(sets):
-            path = Path(tmp) / f"{index}.txt"
-            path.write_text("\n".join(lines) + "\n")
-            files.append(str(path))
-        try:
-            command = [str(SKYRL_PYTHON), str(SCHEMA_CHECK), *files]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return f"SkyRL's config check did not finish within {CHECK_TIMEOUT_S:g} s"
-    try:
-        reports = json.loads(done.stdout)
-    except ValueError:
-        return f"SkyRL's config check failed to run: {done.stderr.strip()[-300:]}"
-    reports = reports if isinstance(reports, list) else [reports]
-    failed = [r for r in reports if done.returncode != 0 and r.get("built") != "passed"]
-    version = reports[0].get("skyrl", "?")
-    if done.returncode == 0:
-        return f"all {len(reports)} override sets build and validate with SkyRL {version}'s config classes"
-    return f"SkyRL {version} refused {len(failed) or 'some'} set(s): {json.dumps(reports)[:600]}"
 
 
 def plan_lines(config: RecipeConfig, check: bool = True) -> list[str]:
@@ -172,10 +91,8 @@ def plan_lines(config: RecipeConfig, check: bool = True) -> list[str]:
     ledger = run_ledger(config)
     if ledger is not None:
         lines += ["", *ledger.lines()]
-    if config.backends.trainer is TrainerBackend.SKYRL:
-        overrides, sets = _skyrl_overrides(config)
-        lines += ["", *overrides, _schema_check(sets) if check else "not checked (check=False)"]
-    return lines
+    details = TRAINERS[config.backends.trainer].details(config, check)
+    return lines + (["", *details] if details else [])
 
 
 def print_plan(config: RecipeConfig) -> bool:

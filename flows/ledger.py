@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flows.config import ClusterSection, EngineBackend, RecipeConfig, StageName, TrainerBackend
-from trainer.cluster.ledger import Claim, Phase, Resources, Shortfall, balance, cluster_total, peak
+from flows.config import ClusterSection, RecipeConfig, StageName
+from flows.placement.engines import ENGINES
+from flows.placement.trainers import TRAINERS
+from trainer.cluster.ledger import Phase, Resources, Shortfall, balance, cluster_total, peak
 
 JOB_STAGES = (StageName.SYSTEMS, StageName.OVERFIT, StageName.ABLATIONS, StageName.HERO)
 
@@ -74,46 +76,6 @@ def cluster_nodes(cluster: ClusterSection) -> tuple[Resources, ...]:
     return tuple(dict(node) for _ in range(cluster.inference_nodes + cluster.train_nodes))
 
 
-def engine_claim(config: RecipeConfig) -> Claim | None:
-    """The run's engines, or None when it has none on the cluster."""
-    cluster = config.cluster
-    if cluster is None or config.backends.engine is not EngineBackend.VLLM:
-        return None
-    bundle = dict(cluster.engine_resources or {"GPU": cluster.engine_tensor_parallel})
-    return Claim(f"run engines (vLLM TP{cluster.engine_tensor_parallel})", cluster.engines, bundle)
-
-
-def megatron_claim(cluster: ClusterSection, holder: str) -> Claim:
-    """Megatron's policy workers: a ``{GPU: g, CPU: g}`` bundle per train node (SkyRL's PACK placement group)."""
-    g = cluster.gpus_per_node
-    return Claim(holder, cluster.train_nodes, {"GPU": g, "CPU": g})
-
-
-def stand_in_claims(config: RecipeConfig) -> tuple[Claim, ...]:
-    """What a ``ray_job`` training job holds in Megatron's place (``cluster.megatron_stand_in``), else nothing."""
-    cluster = config.cluster
-    if cluster is None or not cluster.megatron_stand_in:
-        return ()
-    return (megatron_claim(cluster, "Megatron policy workers (stand-in: held by our loop)"),)
-
-
-def job_claims(config: RecipeConfig) -> tuple[Claim, ...]:
-    """What one training job holds on the cluster beside the engines (none for a loop in the flow's process)."""
-    cluster, backend = config.cluster, config.backends.trainer
-    if cluster is None or backend is TrainerBackend.LOCAL:
-        return ()
-    if backend is TrainerBackend.RAY_JOB:
-        return (*stand_in_claims(config), Claim("training job (our loop)", 1, dict(cluster.trainer_resources)))
-    claims = [
-        megatron_claim(cluster, "Megatron policy workers"),
-        Claim("SkyRL driver (our generator)", 1, {"CPU": 1, **cluster.trainer_resources}),
-    ]
-    if engine_claim(config) is None:
-        gpus = cluster.engines * cluster.engine_tensor_parallel
-        claims.append(Claim("SkyRL's own engines", gpus, {"GPU": 1, "CPU": 1}))
-    return tuple(claims)
-
-
 def jobs_in(config: RecipeConfig, stage: StageName) -> int:
     """Training jobs ``stage`` runs, one at a time: the systems sweep's trials (the baseline knobs, then each other
     value of each knob: ``tasks.systems.one_factor_trials``), every ablation arm, one for overfit and hero."""
@@ -136,9 +98,9 @@ def run_ledger(config: RecipeConfig) -> RunLedger | None:
     """The ledger of a profile with a cluster section; None without one (everything runs on this machine)."""
     if config.cluster is None:
         return None
-    engines = engine_claim(config)
+    engines = ENGINES[config.backends.engine].claim(config)
     fleet = (engines,) if engines is not None else ()
-    job = job_claims(config)
+    job = TRAINERS[config.backends.trainer].claims(config, engines)
     phases = []
     for stage in StageName:
         if engines is not None:

@@ -29,7 +29,7 @@ from flows.config import RecipeConfig, RunChanges, StageName, apply_overrides, l
 from flows.derisk import derisk
 from flows.hero import hero
 from flows.overfit import overfit
-from flows.placement import stop_engines
+from flows.placement import ENGINES, cluster_target
 from flows.preflight import preflight
 from flows.stage import DEFAULT_RUNS_ROOT, is_current
 from flows.systems import systems
@@ -139,7 +139,7 @@ def pipeline(
         try:
             return _run_stages(store, config, runs_root, stop_after)
         finally:
-            stop_engines(config, store)  # the run's vLLM engines (backend vllm), wherever they run
+            ENGINES[config.backends.engine].stop(config, store, cluster_target(config, store))  # the run's fleet
     finally:
         release(store.root)
 

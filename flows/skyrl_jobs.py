@@ -8,12 +8,18 @@ runner that submits them through the one Ray Job path (``tasks.cluster.RayJobRun
 
 from __future__ import annotations
 
+import json
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness
-from flows.config import EngineBackend, PolicySource, RecipeConfig
+from flows.config import PolicySource, RecipeConfig
 from flows.layout import cluster_layout
+from flows.placement.base import REPO_ROOT
+from flows.placement.engines import ENGINES
 from tasks.cluster import SkyRLEntry
 from tasks.systems import Knobs, one_factor_trials
 from tasks.training import loop_config
@@ -23,6 +29,11 @@ from trainer.loops import AsyncLoopConfig
 from trainer.loops.config import LoopConfig
 from trainer.loops.kinds import LoopKind
 from trainer.skyrl.render import RolloutPlan, SkyRLRun, render
+
+SKYRL_PYTHON = REPO_ROOT / ".venv-cluster" / "bin" / "python"
+SCHEMA_CHECK = REPO_ROOT / "trainer" / "skyrl" / "schema_check.py"
+CHECK_TIMEOUT_S = 600.0
+RUN_ROOT = "<run>"
 
 
 def base_model(config: RecipeConfig) -> str:
@@ -81,7 +92,7 @@ def _fleet(config: RecipeConfig, loop: LoopConfig) -> dict[str, Any]:
     if loop.engines is not None:
         token = loop.engines.token_file
         return {"fleet_urls": loop.engines.urls, "engine_token_file": str(token) if token else None}
-    if config.backends.engine is EngineBackend.VLLM:
+    if ENGINES[config.backends.engine].on_cluster(config):
         return {"fleet_urls": (FLEET_PLACEHOLDER,), "engine_token_file": "<run>/engines/token"}
     return {}
 
@@ -170,3 +181,56 @@ def skyrl_entry(config: RecipeConfig) -> SkyRLEntry:
         return render(run).lines()
 
     return SkyRLEntry(overrides)
+
+
+def plan_details(config: RecipeConfig, check: bool = True) -> list[str]:
+    """The dry run's SkyRL lines: the first job's overrides in full, the others' differences, and whether SkyRL 0.3's
+    own config classes build every set (``trainer/skyrl/schema_check.py`` in ``.venv-cluster``; ``check`` False:
+    not run)."""
+    overrides, sets = _overrides(config)
+    return [*overrides, _schema_check(sets) if check else "not checked (check=False)"]
+
+
+def _overrides(config: RecipeConfig) -> tuple[list[str], list[list[str]]]:
+    """The SkyRL jobs' overrides: the first job's lines, the others' differences; and every set (for the check)."""
+    from trainer.skyrl.render import render
+
+    sets: list[tuple[str, list[str]]] = []
+    for label, (stage, loop) in planned_loops(config).items():
+        storage = f"{RUN_ROOT}/{stage}/{label}"
+        name = f"{config.profile}-{stage}-{label}"
+        run = skyrl_run_for(config, loop, name=name, model=base_model(config), storage=storage, stage=stage)
+        sets.append((label, render(run).lines()))
+    first_label, first = sets[0]
+    lines = [f"skyrl overrides of job {first_label} ({len(first)} keys):", *(f"  {line}" for line in first)]
+    for label, other in sets[1:]:
+        changed = sorted(set(other) - set(first))
+        lines.append(f"job {label} differs in {len(changed)} keys: {' '.join(changed)}")
+    return lines, [lines for _, lines in sets]
+
+
+def _schema_check(sets: list[list[str]]) -> str:
+    """Every set through SkyRL 0.3's config classes in ``.venv-cluster`` (one process), or why not."""
+    if not SKYRL_PYTHON.exists():
+        return "not checked against SkyRL's config classes: no .venv-cluster here (make .venv-cluster/.installed)"
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for index, lines in enumerate(sets):
+            path = Path(tmp) / f"{index}.txt"
+            path.write_text("\n".join(lines) + "\n")
+            files.append(str(path))
+        try:
+            command = [str(SKYRL_PYTHON), str(SCHEMA_CHECK), *files]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return f"SkyRL's config check did not finish within {CHECK_TIMEOUT_S:g} s"
+    try:
+        reports = json.loads(done.stdout)
+    except ValueError:
+        return f"SkyRL's config check failed to run: {done.stderr.strip()[-300:]}"
+    reports = reports if isinstance(reports, list) else [reports]
+    failed = [r for r in reports if done.returncode != 0 and r.get("built") != "passed"]
+    version = reports[0].get("skyrl", "?")
+    if done.returncode == 0:
+        return f"all {len(reports)} override sets build and validate with SkyRL {version}'s config classes"
+    return f"SkyRL {version} refused {len(failed) or 'some'} set(s): {json.dumps(reports)[:600]}"

@@ -40,7 +40,6 @@ from evals.spec import HarnessKind, JudgeSpec
 from flows.config import (
     REWARD_DEFECTS,
     Defect,
-    EngineBackend,
     HeroRetention,
     RecipeConfig,
     StageName,
@@ -48,7 +47,7 @@ from flows.config import (
     validate_config,
 )
 from flows.gates import GateFailed, GateReport
-from flows.placement import TRAINER_RUNNERS, cluster_target, engine_fleet, shared_root
+from flows.placement import ENGINES, TRAINERS, cluster_target, shared_root
 from tasks.artifacts import log, publish_files, publish_markdown, publish_table
 from tasks.catalog import Catalog
 from tasks.cluster import JobRecord
@@ -198,7 +197,8 @@ class StageRun:
 
     def runner(self) -> TrainerRunner:
         """Where this run's training loops run (the trainer backend)."""
-        return TRAINER_RUNNERS[self.config.backends.trainer](self.config, cluster_target(self.config, self.store), self)
+        target = cluster_target(self.config, self.store)
+        return TRAINERS[self.config.backends.trainer].runner(self.config, target, self)
 
     @contextmanager
     def timed(self, name: str) -> Iterator[None]:
@@ -212,10 +212,9 @@ class StageRun:
     def engine_settings(self, max_model_len: int, policy: str | None = None) -> EngineSettings:
         """The run's engine backend for a policy with this context: our local engine, the configured URL, or the
         run's vLLM engines serving the base ``policy`` (default: the one de-risk prepared)."""
-        engine = self.config.engine
-        fleet = None
-        if self.config.backends.engine is EngineBackend.VLLM:
-            fleet = engine_fleet(self.config, self.store, policy or self.policy(), max_model_len)
+        engine, target = self.config.engine, cluster_target(self.config, self.store)
+        backend = ENGINES[self.config.backends.engine]
+        fleet = backend.fleet(self.config, self.store, lambda: policy or self.policy(), max_model_len, target)
         return EngineSettings(
             max_model_len=max_model_len,
             max_num_seqs=engine.max_num_seqs,

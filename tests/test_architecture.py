@@ -6,6 +6,9 @@
 * No import cycle between modules, counting imports inside functions (a lazy import is still an arrow).
 * ``envs``, ``trainer`` and ``evals`` never import Prefect: they run in Ray workers, on the cluster, in benchmarks.
 * No function longer than ``MAX_FUNCTION_LINES`` except the data tables listed in ``DATA_TABLES``.
+* Backend choice lives in ``flows/placement/``: elsewhere a backend member (``EngineBackend.VLLM``) is never named —
+  code asks the registries (``ENGINES[...]``, ``TRAINERS[...]``) instead of branching; the profile's own validator
+  (``flows/config.py``) is the one exception.
 
 The graph is built with ``ast`` from the source files, so the test sees exactly what is written, not what happens
 to be imported at run time.
@@ -162,6 +165,26 @@ def test_no_function_longer_than_the_limit_outside_data_tables() -> None:
     assert too_long == []
 
 
+BACKEND_ENUMS = ("EngineBackend", "TrainerBackend")
+BACKEND_CHOICE_LIVES_IN = ("flows.placement", "flows.config")
+
+
+def backend_branches(modules: dict[str, Path]) -> list[str]:
+    """Every place outside the placement package that names a backend member (``EngineBackend.VLLM``)."""
+    found = []
+    for module, path in modules.items():
+        if module.startswith(BACKEND_CHOICE_LIVES_IN):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in BACKEND_ENUMS:
+                found.append(f"{module}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_backend_choice_lives_in_the_placement_package() -> None:
+    assert backend_branches(module_files()) == [], "ask ENGINES / TRAINERS (flows.placement) instead"
+
+
 def test_the_graph_sees_a_cycle_and_an_upward_arrow(tmp_path: Path) -> None:
     """The checks above can fail: a made-up pair of modules that import each other, one of them upward."""
     (tmp_path / "envs").mkdir()
@@ -175,3 +198,7 @@ def test_the_graph_sees_a_cycle_and_an_upward_arrow(tmp_path: Path) -> None:
     for arrow in arrows:
         edges[arrow.source].add(arrow.target)
     assert cycles(edges) == [["envs.a", "flows.b"]]
+    (tmp_path / "flows" / "c.py").write_text(
+        "def g(config):\n    return config.backends.engine is EngineBackend.VLLM\n"
+    )
+    assert backend_branches({"flows.c": tmp_path / "flows" / "c.py"}) == ["flows.c:2 EngineBackend.VLLM"]

@@ -156,7 +156,7 @@ def _local_cluster(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from urllib.parse import urlparse
 
     from flows.config import ClusterIsolation, load_profile
-    from flows.preflight import REPO_ROOT, repo_path
+    from flows.placement.base import REPO_ROOT, repo_path
     from trainer.cluster.local_cluster import LocalCluster, LocalNode
 
     config = load_profile(args.profile, args.set)
@@ -209,7 +209,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from flows.config import load_profile
-    from flows.preflight import cluster_token_file
+    from flows.placement import cluster_token_file
     from trainer.cluster.jobs import RayJobs, ray_token
     from trainer.cluster.local_cluster import alive_nodes
 

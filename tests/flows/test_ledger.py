@@ -6,8 +6,8 @@ import pytest
 from cli.main import main
 from flows.config import ProfileError, load_profile
 from flows.ledger import run_ledger
-from flows.placement import fleet_spec
-from flows.preflight import PlacementError, preflight
+from flows.placement import PlacementError, fleet_spec
+from flows.preflight import preflight
 
 
 def holders(profile: str, phase: str, *changes: str) -> dict[str, float]:

@@ -10,9 +10,10 @@ import pytest
 
 from cli.main import main
 from envs.net import free_port
-from flows import dry_run
+from flows import dry_run, skyrl_jobs
 from flows.config import load_profile
-from flows.preflight import PlacementError, preflight
+from flows.placement import PlacementError
+from flows.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,7 @@ def test_every_reason_a_profile_cannot_run_is_named() -> None:
 
 
 def test_the_dry_run_prints_each_stages_placement_and_runs_nothing(capsys, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(dry_run, "SKYRL_PYTHON", tmp_path / "no-python")  # the SkyRL check has a test of its own
+    monkeypatch.setattr(skyrl_jobs, "SKYRL_PYTHON", tmp_path / "no-python")  # the SkyRL check has a test of its own
     assert main(["run", "--profile", "qwen36-35b", "--dry-run", "--runs-root", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
     assert "cluster: Ray dashboard NOT SET" in out and "10 × vLLM (cuda), each with {'GPU': 8.0} on the cluster" in out
