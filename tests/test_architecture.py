@@ -6,9 +6,9 @@
 * No import cycle between modules, counting imports inside functions (a lazy import is still an arrow).
 * ``envs``, ``trainer`` and ``evals`` never import Prefect: they run in Ray workers, on the cluster, in benchmarks.
 * No function longer than ``MAX_FUNCTION_LINES`` except the data tables listed in ``DATA_TABLES``.
-* Backend choice lives in ``flows/placement/``: elsewhere a backend member (``EngineBackend.VLLM``) is never named —
-  code asks the registries (``ENGINES[...]``, ``TRAINERS[...]``) instead of branching; the profile's own validator
-  (``flows/config.py``) is the one exception.
+* Backend choice lives in ``flows/placement/``: elsewhere nothing compares with a backend member
+  (``backend is EngineBackend.VLLM``) — code asks the registries (``ENGINES[...]``, ``TRAINERS[...]``, or a map keyed
+  by the members) instead of branching; the profile's own validator (``flows/config.py``) is the one exception.
 
 The graph is built with ``ast`` from the source files, so the test sees exactly what is written, not what happens
 to be imported at run time.
@@ -166,18 +166,26 @@ def test_no_function_longer_than_the_limit_outside_data_tables() -> None:
 
 
 BACKEND_ENUMS = ("EngineBackend", "TrainerBackend")
-BACKEND_CHOICE_LIVES_IN = ("flows.placement", "flows.config")
+BACKEND_CHOICE_LIVES_IN = ("flows.placement", "flows.config", "trainer.backends")  # and the enums themselves
 
 
 def backend_branches(modules: dict[str, Path]) -> list[str]:
-    """Every place outside the placement package that names a backend member (``EngineBackend.VLLM``)."""
+    """Every comparison with a backend member (``backend is EngineBackend.VLLM``) outside the placement package: an
+    ``if`` on the backend. A registry keyed by the members (``tasks.engine.ROLLOUT_ENGINES``) is not one."""
     found = []
     for module, path in modules.items():
         if module.startswith(BACKEND_CHOICE_LIVES_IN):
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in BACKEND_ENUMS:
-                found.append(f"{module}:{node.lineno} {node.value.id}.{node.attr}")
+        for compare in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(compare, ast.Compare):
+                continue
+            for node in ast.walk(compare):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in BACKEND_ENUMS
+                ):
+                    found.append(f"{module}:{node.lineno} {node.value.id}.{node.attr}")
     return found
 
 

@@ -19,6 +19,14 @@ from envs.types import Tier
 SMALL_MODEL_INSTRUCTIONS = "Use the tools. When you know the answer, reply with the answer only."
 
 
+class PolicySource(StrEnum):
+    """Where a run's base policy comes from (``policy.source``)."""
+
+    BOOTSTRAP = "bootstrap"  # the local profile's tiny base, built here and cached by content hash
+    FOLDER = "folder"  # a policy folder on disk (save_policy output or a HF checkpoint with harness.json)
+    HUB = "hub"  # a hub id served by the cluster's engines (cluster profiles)
+
+
 class TinyModelSpec(BaseModel):
     """Shape of the locally built Qwen3 policy (defaults: ~0.9 M parameters besides the embedding)."""
 
