@@ -8,7 +8,7 @@
 * No function longer than ``MAX_FUNCTION_LINES`` except the data tables listed in ``DATA_TABLES``.
 * Backend choice lives in ``flows/placement/``: elsewhere nothing compares with a backend member
   (``backend is EngineBackend.VLLM``) — code asks the registries (``ENGINES[...]``, ``TRAINERS[...]``, or a map keyed
-  by the members) instead of branching; the profile's own validator (``flows/config.py``) is the one exception.
+  by the members) instead of branching; the profile's own validator (``flows/config/``) is the one exception.
 
 The graph is built with ``ast`` from the source files, so the test sees exactly what is written, not what happens
 to be imported at run time.
