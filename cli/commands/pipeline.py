@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.args import RUNS_ROOT_HELP
+from tasks.tracking.state import links as tracker_links
 
 console = Console()
 MIGRATE_TIMEOUT_S = 300.0
@@ -51,6 +52,8 @@ def print_stages(root: Path) -> None:
         table.add_row(m.folder, m.status.value, f"{m.duration_s or 0:.0f}", summary or (m.error or "")[:80])
     console.print(table)
     console.print(f"run folder: {store.root.resolve()}  (recipe audit {store.run_id}; recipe report {store.run_id})")
+    for name, where in tracker_links(store.root).items():
+        console.print(f"tracker {name}: {where}")
 
 
 def start_local_server() -> None:
