@@ -6,7 +6,8 @@
 * ``write_report`` — ``report.md`` and a self-contained ``report.html`` (plots inlined): provenance, the stage
   table, the metric × stage table, each gate, the plots, the evals in the catalog, and the overfit gate over the
   profile's runs (``tasks.history``) with this run marked;
-* ``Table`` and ``Page`` — the pieces both are made of (``tasks.comparison`` builds its two-run page from them).
+* ``Table`` and ``Page`` — the pieces both are made of (``tasks.explorer.comparison`` builds its two-run page
+  from them).
 
 Both read the same records, so ``recipe audit`` and ``recipe report`` (and the Prefect artifacts, written from the
 same gate reports) tell the same story.

@@ -44,7 +44,7 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tasks.comparison import default_out, summary_tables, write_comparison
+    from tasks.explorer.comparison import default_out, summary_tables, write_comparison
     from tasks.run_store import RunStore
 
     runs_root = Path(args.runs_root)

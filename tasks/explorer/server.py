@@ -40,7 +40,7 @@ from starlette.staticfiles import StaticFiles
 
 from envs.errors import RecipeError
 from envs.net import LocalSiteGuard
-from tasks.comparison import comparison_data
+from tasks.explorer.comparison import comparison_data
 from tasks.explorer.queries import Explorer, Page, QueryError, TrajectoryFilter, clean
 from tasks.run_store import RunInfo, RunStore, all_runs
 

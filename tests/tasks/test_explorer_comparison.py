@@ -11,9 +11,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from cli.main import USAGE_ERROR, main
-from tasks import comparison
 from tasks.catalog import Catalog
-from tasks.comparison import MARKER, default_out, write_comparison
+from tasks.explorer import comparison
+from tasks.explorer.comparison import MARKER, default_out, write_comparison
 from tasks.explorer.queries import Explorer
 from tasks.explorer.server import create_app
 from tasks.run_store import RunStore, StageStatus
