@@ -58,7 +58,15 @@ from tasks.evaluation import EvalJob, evaluate
 from tasks.faults import FAULT_LOG, write_fault_report
 from tasks.prune import pruned_work_folders
 from tasks.run_lock import holding
-from tasks.run_store import RunStore, StageManifest, StageStatus, code_version, eval_folder_stem, now
+from tasks.run_store import (
+    RunStore,
+    StageManifest,
+    StageStatus,
+    code_version,
+    eval_folder_stem,
+    now,
+    train_folder_stem,
+)
 from tasks.training import TrainerRunner, TrainJob, TrainResult, retention_set, train
 from tasks.validation import Suite, validate_stage
 from trainer.algorithms.config import AlgorithmConfig
@@ -338,7 +346,7 @@ class StageRun:
     def train_job(self, label: str, policy: Path, tasks: Sequence[TaskSpec], loop: LoopConfig) -> TrainJob:
         """``loop`` from ``policy`` over ``tasks`` in its work folder (keyed by what it computes: the engines it runs
         on are not part of it), generating on the run's engines when it has some."""
-        out = self.work_dir(f"train-{label}", [str(policy), loop.model_dump(mode="json", exclude={"engines"})])
+        out = self.work_dir(train_folder_stem(label), [str(policy), loop.model_dump(mode="json", exclude={"engines"})])
         settings = self.engine_settings(loop.harness.context_budget_tokens)
         staging = cluster_target(self.config, self.store)
         job_dir = staging.job_dir(self.stage.folder, out) if staging else out

@@ -309,6 +309,19 @@ def eval_folder_parts(name: str) -> tuple[str, str] | None:
     return (suite, label) if name.startswith("eval-") and key and suite and label else None
 
 
+def train_folder_stem(label: str) -> str:
+    """``train-<label>``: the name of a stage's training work folder before its key (``StageRun.work_dir`` adds
+    ``-<key>``); ``train_folder_label`` reads it back."""
+    return f"train-{label}"
+
+
+def train_folder_label(name: str) -> str | None:
+    """The loop label of a training work folder ``train-<label>-<key>``; None for any other name."""
+    stem, _, key = name.rpartition("-")
+    label = stem.removeprefix("train-")
+    return label if name.startswith("train-") and key and label else None
+
+
 def read_model(path: Path, model: type[M]) -> M:
     """The JSON record at ``path`` as ``model``, read through the safe parser; a ``RunStoreError`` naming the file
     when it is missing, unreadable, not JSON or not that record (any record of a run folder: ``pruned.json`` too)."""

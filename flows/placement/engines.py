@@ -169,7 +169,7 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
     cluster, vllm = config.cluster, config.engine.vllm
     harness = policy_harness(policy, config.harness).harness if Path(policy).is_dir() else config.planned_harness()
     tensor_parallel = cluster.engine_tensor_parallel if cluster else 1
-    claim = VllmEngines().claim(config)
+    claim = ENGINES[EngineBackend.VLLM].claim(config)
     resources = dict(claim.bundle) if claim is not None else {}
     model = str(Path(policy).resolve()) if config.policy.source is not PolicySource.HUB else policy
     return FleetSpec(

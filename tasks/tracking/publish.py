@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -45,24 +46,27 @@ def publish_run(store: RunStore, settings: TrackingSettings) -> dict[str, str]:
     the run. Never raises: a backend's failure is a warning."""
     if not settings.backends:
         return {}
-    ended = [m for m in store.manifests() if m.gate is not None]
+    ended = _ended(store)
     state = load_state(store.root)
     publications: dict[str, Publication] = {}
-    explorer = Explorer(store, _decoder(store))
+
+    @cache
+    def explorer() -> Explorer:  # made (and the base's tokenizer read) only when a stage is to be sent
+        return Explorer(store, _decoder(store))
 
     def publication(manifest: StageManifest) -> Publication:
         if manifest.stage not in publications:
             folder = store.root / manifest.folder
             report = manifest.gate or {}
             publications[manifest.stage] = stage_publication(
-                explorer, manifest.stage, folder, report, settings.trajectories_per_stage
+                explorer(), manifest.stage, folder, report, settings.trajectories_per_stage
             )
         return publications[manifest.stage]
 
     outcome = _outcome(ended)
     for name in settings.backends:
         before = state.backends.get(name)
-        pending = [m for m in ended if before is None or before.published.get(m.stage) != ending(m)]
+        pending = _pending(before, ended)
         if not pending and (outcome is None or (before is not None and before.finished)):
             continue
         work = _Send(TRACKERS[name](settings), tracker_run(store), before, pending, publication, outcome)
@@ -81,13 +85,18 @@ def ending(manifest: StageManifest) -> str:
 
 def behind(store: RunStore, backends: tuple[TrackerName, ...]) -> list[TrackerName]:
     """Those of ``backends`` that have not taken every ended stage of the run."""
-    taken = load_state(store.root).backends
-    ended = [m for m in store.manifests() if m.gate is not None]
-    return [
-        name
-        for name in backends
-        if name not in taken or any(taken[name].published.get(m.stage) != ending(m) for m in ended)
-    ]
+    taken, ended = load_state(store.root).backends, _ended(store)
+    return [name for name in backends if _pending(taken.get(name), ended)]
+
+
+def _ended(store: RunStore) -> list[StageManifest]:
+    """The run's stages that have a gate report (passed or not)."""
+    return [m for m in store.manifests() if m.gate is not None]
+
+
+def _pending(taken: BackendState | None, ended: list[StageManifest]) -> list[StageManifest]:
+    """The endings of ``ended`` a backend (``taken``: its state, None before its first) has not taken yet."""
+    return [m for m in ended if taken is None or taken.published.get(m.stage) != ending(m)]
 
 
 def _outcome(ended: list[StageManifest]) -> bool | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from tasks.catalog import Catalog
 from tasks.explorer.queries import Explorer
+from tasks.run_store import train_folder_label
 from tasks.tracking.contract import Point, Publication, Table
 from trainer.loops import LoopHistory
 from trainer.loops.history import HISTORY_FILE
@@ -68,7 +69,7 @@ def train_points(catalog: Catalog, stage: str, stage_dir: Path) -> list[Point]:
 def _histories(stage_dir: Path, labels: set[str]) -> Iterator[tuple[str, LoopHistory]]:
     """Each loop's history in the stage's folder (``train-<label>-<key>/``), by the label its catalog rows carry."""
     for folder in sorted(stage_dir.glob("train-*")):
-        label = folder.name.removeprefix("train-").rsplit("-", 1)[0]
+        label = train_folder_label(folder.name)
         if label in labels:
             try:
                 yield label, LoopHistory.model_validate_json((folder / HISTORY_FILE).read_bytes())

@@ -12,6 +12,8 @@ from tasks.run_store import (
     code_version,
     eval_folder_parts,
     eval_folder_stem,
+    train_folder_label,
+    train_folder_stem,
 )
 
 
@@ -57,3 +59,9 @@ def test_a_stage_evals_folder_name_is_written_and_read_back_in_one_place() -> No
     assert eval_folder_parts("train-hero-dppo-c6934748") is None and eval_folder_parts("eval-heldout") is None
     with pytest.raises(ValueError, match="holds no hyphen"):
         eval_folder_stem("held-out", "base")
+
+
+def test_a_training_folder_name_reads_back_its_loop_label() -> None:
+    for label in ("overfit", "hero-dppo_prompt_mean_nudge", "trial-0-budget4096-seqs32"):
+        assert train_folder_label(f"{train_folder_stem(label)}-c6934748") == label
+    assert train_folder_label("eval-heldout-base-0123abcd") is None and train_folder_label("train-") is None
