@@ -344,11 +344,11 @@ def test_the_chain_at_the_gpu_plans_shape_survives_its_killed_submitter_and_its_
         assert killed is not None and state is not None
         os.killpg(state.pids[killed + 1], signal.SIGKILL)  # the node holding both engines crashes mid-hero
 
-        def elsewhere() -> int | None:  # the worker now holding the engines, once it is not the killed one
+        def elsewhere() -> tuple[int] | None:  # the worker now holding the engines (a tuple: worker 0 is falsy)
             worker = engine_worker(address, token.read_text().strip())
-            return worker if worker not in (None, killed) else None
+            return (worker,) if worker not in (None, killed) else None
 
-        moved = wait_until(elsewhere, 900, "engines elsewhere")
+        [moved] = wait_until(elsewhere, 900, "engines elsewhere")
         assert resumed.wait(timeout=2400) == 0
         jobs = RayJobs(address, token_file=token).listing()
         assert len([j for j in jobs if j["metadata"].get("job") == key]) == 1  # reattached, not resubmitted
