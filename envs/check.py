@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from envs.apps import ToolError, World
+from envs.byo.probes import ServerCheck, check_servers, planned_probes, run_planned
+from envs.byo.spec import server_set_of
 from envs.graders import grade
 from envs.harness.harbor_docker import run_reference_agent_docker
 from envs.harness.terminal import ReferenceAgent, ReferenceRun, run_reference_agent
-from envs.harness.tools import ToolOutcome, app_outcome, call_record
+from envs.harness.tools import GatewayToolSession, ToolOutcome, app_outcome, call_record
 from envs.mcp.servers import mcp_name
 from envs.mcp.variants import BadVariant
 from envs.options import OracleTransport
@@ -52,16 +54,20 @@ class OracleCheck:
 
 @dataclass(frozen=True)
 class ProbeCall:
-    """One tool probe (``envs.probes``) on one world."""
+    """One tool probe (``envs.probes``; ``envs.byo.probes`` for a world of a team's own servers) on one world."""
 
     world_id: str
     record: ToolCallRecord
+    known_good: bool = True
+    """False for a schema probe that needed placeholder arguments: its error may be theirs, not the tool's."""
 
 
 @dataclass(frozen=True)
 class EnvironmentCheck:
     oracles: list[OracleCheck]
     probes: list[ProbeCall]
+    servers: list[ServerCheck] = field(default_factory=list)
+    """Each MCP server of each world of a team's own environment, started alone (none for the generated worlds)."""
 
 
 Scored = tuple[float, bool, str | None]  # score, passed, why not
@@ -129,7 +135,7 @@ def check_task(task: TaskSpec, worlds_root: Path) -> OracleCheck:
 
 async def _check_inmemory(
     tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
-) -> list[ProbeCall]:
+) -> tuple[list[ProbeCall], list[ServerCheck]]:
     from envs.mcp.client import GatewayClient, Transport
     from envs.mcp.oracle import run_oracle_via
 
@@ -150,7 +156,7 @@ async def _check_inmemory(
             copy = fork_world(worlds_root / world_id, Path(scratch) / world_id)
             async with GatewayClient(Transport.INMEMORY, world=copy, variants=variants) as client:
                 probes += [ProbeCall(world_id, record) for record in await run_probes(client.call)]
-    return probes
+    return probes, []
 
 
 STDIO_WORLDS_AT_ONCE = 4
@@ -160,19 +166,25 @@ while one world's gateway answers (or the grader reads its files) another's can,
 
 async def _check_stdio(
     tasks: list[TaskSpec], worlds_root: Path, report: Report, variants: frozenset[BadVariant]
-) -> list[ProbeCall]:
+) -> tuple[list[ProbeCall], list[ServerCheck]]:
     from envs.mcp.oracle import run_oracle_via
-    from envs.sandbox.base import SandboxOptions
+    from envs.sandbox.base import Sandbox, SandboxOptions
     from envs.sandbox.local import LocalProvider
     from envs.sandbox.pool import SandboxPool
 
-    world_ids = _world_ids(tasks)
+    servers: list[ServerCheck] = []
+    for world_id in _world_ids(tasks):
+        if server_set_of(worlds_root / world_id) is not None:
+            servers += await check_servers(world_id, worlds_root / world_id)
+    broken = {check.world_id for check in servers if check.error}
+    world_ids = [world_id for world_id in _world_ids(tasks) if world_id not in broken]  # nothing there would start
     provider = LocalProvider(
         {world_id: worlds_root / world_id for world_id in world_ids}, SandboxOptions(variants=variants)
     )
     by_world: dict[str, list[TaskSpec]] = {world_id: [] for world_id in world_ids}
     for task in tasks:
-        by_world[task.world_id].append(task)
+        if task.world_id in by_world:
+            by_world[task.world_id].append(task)
     at_once = asyncio.Semaphore(STDIO_WORLDS_AT_ONCE)
     probes: dict[str, list[ProbeCall]] = {}
 
@@ -186,20 +198,32 @@ async def _check_stdio(
                 scored = _failed(exc)
         report(_record(task, started, scored, calls))
 
+    async def probe(sandbox: Sandbox) -> list[ProbeCall]:
+        world_id = sandbox.world_id
+        own = server_set_of(worlds_root / world_id)
+        if own is None:
+            return [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
+        planned = planned_probes(own, await GatewayToolSession(sandbox.client).list_tools())
+        done = await run_planned(sandbox.client.call, planned, sandbox.world_root / "filesystem")
+        return [ProbeCall(world_id, record, known_good) for record, known_good in done]
+
     async def check_world(pool: SandboxPool, world_id: str) -> None:
         async with at_once:
             for task in by_world[world_id]:
-                await check_task_in(pool, task)
+                if task.oracle is not None:  # a team's own task may have none: probes stand in (envs.byo.probes)
+                    await check_task_in(pool, task)
             async with pool.acquire(world_id) as sandbox:
-                probes[world_id] = [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
+                probes[world_id] = await probe(sandbox)
 
     async with SandboxPool(provider, size_per_world=1) as pool, asyncio.TaskGroup() as group:
         for world_id in world_ids:
             group.create_task(check_world(pool, world_id))
-    return [probe for world_id in world_ids for probe in probes[world_id]]
+    return [probe for world_id in world_ids for probe in probes[world_id]], servers
 
 
-McpCheck = Callable[[list[TaskSpec], Path, Report, frozenset[BadVariant]], Awaitable[list[ProbeCall]]]
+McpCheck = Callable[
+    [list[TaskSpec], Path, Report, frozenset[BadVariant]], Awaitable[tuple[list[ProbeCall], list[ServerCheck]]]
+]
 _MCP_CHECKS: dict[OracleTransport, McpCheck] = {
     OracleTransport.INMEMORY: _check_inmemory,
     OracleTransport.STDIO: _check_stdio,
@@ -239,6 +263,10 @@ def check_environment(
         if on_result is not None:
             on_result(result)
 
+    own = [world_id for world_id in _world_ids(tasks) if server_set_of(worlds_root / world_id) is not None]
+    if own and transport is not OracleTransport.STDIO:
+        raise ValueError(f"worlds {own} are served by their own MCP servers: check them with the stdio transport")
+    servers: list[ServerCheck] = []
     if transport is OracleTransport.PYTHON:
         if variants:
             raise ValueError("known-bad variants live in the MCP gateway: use the inmemory or stdio transport")
@@ -246,9 +274,9 @@ def check_environment(
             report(check_task(task, worlds_root))
         probes = _probe_directly(tasks, worlds_root)
     else:
-        probes = asyncio.run(_MCP_CHECKS[transport](tasks, worlds_root, report, variants))
+        probes, servers = asyncio.run(_MCP_CHECKS[transport](tasks, worlds_root, report, variants))
     order = {task.task_id: index for index, task in enumerate(tasks)}  # the stdio check finishes worlds out of order
-    return EnvironmentCheck(sorted(results, key=lambda result: order[result.task_id]), probes)
+    return EnvironmentCheck(sorted(results, key=lambda result: order[result.task_id]), probes, servers)
 
 
 def check_oracles(

@@ -7,7 +7,8 @@ Two factories, one contract (``EnvFactory``):
 * ``pooled_envs(pool, task, worlds_root)`` — a warm sandbox from a ``SandboxPool``: the MCP gateway over stdio, code
   execution under resource limits; reset to pristine when released. What training and evals use.
 * ``local_envs(task, worlds_root, apps)`` — a temporary world copy and the apps called in-process
-  (``LocalToolSession``). No MCP, no sandbox: for unit tests and the tiny model's bootstrap, where thousands of
+  (``LocalToolSession``; a world of a team's own MCP servers gets those, started on the copy: ``tool_session``).
+  No MCP for the apps, no sandbox: for unit tests and the tiny model's bootstrap, where thousands of
   short rollouts would otherwise pay the gateway round trip.
 
 ``local_envs`` and the code-only harness's ``code_only_envs`` are both ``copy_envs``: a world copy per sample and the
@@ -26,10 +27,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
-from envs.apps import World
 from envs.graders import Judge, grade
 from envs.harness.agent import EnvFactory, SampleEnv
-from envs.harness.tools import GatewayToolSession, LocalToolSession, ToolSession
+from envs.harness.tools import GatewayToolSession, ToolSession, tool_session
 from envs.sandbox.pool import SandboxPool
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
@@ -75,4 +75,4 @@ def copy_envs(
 def local_envs(
     task: TaskSpec, worlds_root: Path, apps: Sequence[str] | None = None, judge: Judge | None = None
 ) -> EnvFactory:
-    return copy_envs(task, worlds_root, lambda copy: LocalToolSession(World(copy), apps=apps), "rollout", judge)
+    return copy_envs(task, worlds_root, lambda copy: tool_session(copy, apps), "rollout", judge)

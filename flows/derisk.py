@@ -3,7 +3,9 @@
 1. The environment (worlds + tasks) and the base policy are prepared (the local profile bootstraps its tiny base,
    cached by content hash).
 2. Every task's oracle and every tool probe run through the MCP gateway in pooled stdio sandboxes — with the
-   profile's known-bad variants, if any — and every call lands in the catalog.
+   profile's known-bad variants, if any — and every call lands in the catalog. A team's own environment
+   (``environment.file``) may have no oracles: its servers are started alone on each world and its user and schema
+   probes stand in (``envs.byo.probes``); the report lists what could not run.
 3. The base rolls out each train task ``rollout_samples`` times, through pooled gateway sandboxes serving its apps.
 4. DuckDB over the catalog: per tool, calls, failure rate on known-good calls, empty-on-success rate, timeouts, the
    oracle pass rate of tasks that use it; top error signatures with advice; infra vs model errors; reward variance
@@ -33,7 +35,7 @@ from flows.stage_gates import DeriskMeasured, derisk_gate
 from tasks import derisk as work
 from tasks.artifacts import log
 from tasks.context import RolloutJob
-from tasks.environment import prepare_environment, prepare_policy
+from tasks.environment import prepare_environment, prepare_own_environment, prepare_policy
 from tasks.plots import bar_chart
 from tasks.validation import Suite, task_frame, validate
 
@@ -44,18 +46,20 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     with open_stage(run, StageName.DERISK, Path(runs_root)) as stage:
         config, section = stage.config, stage.section
         environment, source = config.environment, config.policy
+        subset_size = config.stages.overfit.subset_size
         with stage.timed("environment"):
-            data = prepare_environment(environment.data, environment.seed, environment.worlds_per_domain)
+            generated = prepare_environment(environment.data, environment.seed, environment.worlds_per_domain)
+            data = (
+                generated if environment.file is None else prepare_own_environment(environment.file, environment.data)
+            )
             stage.output("data", data.resolve())  # the build this run uses (later stages read it from here)
+            if data != generated:  # a team's own: the generated worlds still teach the local base
+                stage.output("base_data", generated.resolve())
             everything = load_tasks(data)
             validate(Suite.TASK_SET, task_frame(everything))
-        with stage.timed("policy"):
-            policy = prepare_policy(
-                source.source, data, source.bootstrap, source.cache, source.path, source.hub_id
-            )  # fmt: skip
-        settings = stage.policy_settings(policy)
-        train, _ = stage.task_sets(settings)
-        checked = [t for t in everything if section.oracle_worlds is None or t.world_id in section.oracle_worlds]
+        # oracle_worlds names generated worlds; a team's own environment is checked on every world it has
+        picked = section.oracle_worlds if environment.file is None else None
+        checked = [t for t in everything if picked is None or t.world_id in picked]
         if Defect.WRONG_ORACLE in config.defects:
             checked, task_id = with_wrong_oracle(checked)
             log("defect %s: the oracle of %s answers a wrong value", Defect.WRONG_ORACLE.value, task_id)
@@ -66,6 +70,17 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
 
         with stage.timed("oracles"):
             oracle = work.check_environment_task(stage.scope, checked, section.oracle_transport, variants)
+        if broken := work.unusable_own_environment(oracle):
+            # nothing would start or answer: the gate fails on the findings, without a base taught on broken tools
+            log("policy and base rollouts skipped: %s", broken)
+            return stage.finish(derisk_gate(_analyse(stage, oracle, 0), section.thresholds, subset_size))
+        with stage.timed("policy"):
+            bootstrap = source.bootstrap
+            if data != generated:
+                bootstrap = bootstrap.model_copy(update={"own_environment": data.resolve()})
+            policy = prepare_policy(source.source, generated, bootstrap, source.cache, source.path, source.hub_id)
+        settings = stage.policy_settings(policy)
+        train, _ = stage.task_sets(settings)
         with stage.timed("base_rollouts"):
             engine = stage.engine_settings(settings.harness.context_budget_tokens, policy)
             job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
@@ -74,7 +89,7 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
 
         stage.output("policy", policy)
         measured = _analyse(stage, oracle, len(train))
-        return stage.finish(derisk_gate(measured, section.thresholds, config.stages.overfit.subset_size))
+        return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
 
 
 def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> DeriskMeasured:
@@ -112,10 +127,13 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
         tool_stats=stats,
         tasks_with_variance=len(varied),
         dialect_mismatches=mismatches,
+        servers=oracle["servers"],
+        known_good_probes=oracle["known_good_probes"],
         metrics={
             "oracle_solved": oracle["solved"],
             "oracle_tasks": oracle["tasks"],
             "probe_calls": oracle["probes"],
+            **({"mcp_servers": oracle["servers"]} if oracle["servers"] else {}),
             "train_tasks": train_tasks,
             **{f"base_{key}": value for key, value in errors.items()},
             "tasks_with_variance": len(varied),

@@ -80,6 +80,8 @@ class GateReport(BaseModel):
     """What the stage measured beyond the criteria (JSON values), for the report and the audit trail."""
     artifacts: dict[str, str] = Field(default_factory=dict)
     """Name → path (relative to the run folder) of what the stage wrote: plots, tables, checkpoints."""
+    not_checked: list[str] = Field(default_factory=list)
+    """Checks the stage could not run, and why (a team's tasks without oracles): a pass means only what ran."""
 
     @classmethod
     def build(
@@ -88,6 +90,7 @@ class GateReport(BaseModel):
         criteria: Sequence[GateCriterion],
         findings: Sequence[Finding] = (),
         metrics: dict[str, Any] | None = None,
+        not_checked: Sequence[str] = (),
     ) -> GateReport:
         """A report that passes when every criterion passed (a gate without criteria does not pass)."""
         return cls(
@@ -96,6 +99,7 @@ class GateReport(BaseModel):
             criteria=list(criteria),
             findings=list(findings),
             metrics=metrics or {},
+            not_checked=list(not_checked),
         )
 
     def failed_criteria(self) -> list[GateCriterion]:
@@ -128,6 +132,8 @@ class GateReport(BaseModel):
             for f in self.findings:
                 rate = "" if f.rate is None else f" ({f.rate:.1%})"
                 lines.append(f"- **{plain(f.subject)}**{rate}: {plain(f.problem)} → {plain(f.advice)}")
+        if self.not_checked:
+            lines += ["", "## Not checked", "", *(f"- {plain(line)}" for line in self.not_checked)]
         return "\n".join(lines) + "\n"
 
 

@@ -252,8 +252,19 @@ class StageRun:
     @property
     def data(self) -> Path:
         """The environment build this run uses, as de-risk recorded it (``tasks.environment.prepare_environment``)."""
-        outputs = self.manifest.outputs if self.stage is StageName.DERISK else self.upstream(StageName.DERISK).outputs
-        value = outputs.get("data")
+        return self._derisk_build("data")
+
+    @property
+    def base_data(self) -> Path:
+        """The generated environment the local base was taught on: ``data`` itself, unless the run trains on a team's
+        own environment (``environment.file``)."""
+        return self._derisk_build("base_data") if self._derisk_outputs().get("base_data") else self.data
+
+    def _derisk_outputs(self) -> dict[str, Any]:
+        return self.manifest.outputs if self.stage is StageName.DERISK else self.upstream(StageName.DERISK).outputs
+
+    def _derisk_build(self, name: str) -> Path:
+        value = self._derisk_outputs().get(name)
         if not isinstance(value, str):
             raise StageOrderError("stage derisk recorded no environment build (run it again: recipe stage derisk)")
         return self.store.path(value)
@@ -293,7 +304,7 @@ class StageRun:
             return None
         out = shared_root(self.config, self.store) / self.stage.folder / RETENTION_FILE
         with self.timed("retention_set"):
-            return retention_set(Path(self.policy()), self.data, out, section, self.config.seed)
+            return retention_set(Path(self.policy()), self.base_data, out, section, self.config.seed)
 
     def tuned_engine(self, max_model_len: int) -> EngineSettings:
         """``engine_settings`` with the systems stage's concurrent sequences."""

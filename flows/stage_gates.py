@@ -51,11 +51,48 @@ class DeriskMeasured:
     """(task id, error) of each oracle that did not solve its task."""
     dialect_mismatches: list[dict[str, Any]] = field(default_factory=list)
     """Base rollouts stopped on turns written in another tool-call dialect: ``{written, read, rollouts}`` each."""
+    servers: list[dict[str, Any]] = field(default_factory=list)
+    """A team's own MCP servers, each started alone on each world (``envs.byo.probes.ServerCheck`` as a dict)."""
+    known_good_probes: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
 ORACLE_ADVICE = "fix the task's oracle script or its expected answer (or drop the task) before training on it"
 MAX_ORACLE_FINDINGS = 10
+
+
+SERVER_ADVICE = (
+    "fix the server's entry in the environment file (command, secrets, tools) or install it (make install-mcp-servers)"
+    " and check it alone: recipe envs check --environment FILE"
+)
+NO_ORACLE = (
+    "not run: no task has an oracle (the servers' start, the known-good probes and the base's reward variance stand in)"
+)
+
+
+def _validity_criteria(m: DeriskMeasured, t: DeriskThresholds, oracle_rate: float | None) -> list[GateCriterion]:
+    """Are the tasks valid: the oracles' pass rate; for a team's own environment without oracles, its servers start
+    on every world and known-good probes ran in the oracles' stead (listed in the report's ``not_checked``)."""
+    criteria = []
+    if m.oracle_tasks or not m.servers:
+        criteria.append(
+            check("oracle pass rate", oracle_rate, Op.GE, t.min_oracle_pass_rate, f"{m.oracle_solved}/{m.oracle_tasks}")
+        )
+    if m.servers:
+        started = sum(row["error"] is None for row in m.servers)
+        detail = f"{started}/{len(m.servers)} (server × world)"
+        criteria.append(
+            check("MCP servers that start and list their tools", started / len(m.servers), Op.GE, 1.0, detail)
+        )
+        criteria.append(
+            check("known-good probe calls", m.known_good_probes, Op.GE, 1, "user probes + complete schema probes")
+        )
+    return criteria
+
+
+def checks_not_run(m: DeriskMeasured) -> list[str]:
+    """What de-risk could not check, and why: a pass means only what ran."""
+    return [f"oracle pass rate: {NO_ORACLE}"] if m.servers and not m.oracle_tasks else []
 
 
 def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> GateReport:
@@ -67,7 +104,7 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
     timeout, slow_tool = _worst(m.tool_stats, "timeout_rate")
     oracle_rate = m.oracle_solved / m.oracle_tasks if m.oracle_tasks else None
     criteria = [
-        check("oracle pass rate", oracle_rate, Op.GE, t.min_oracle_pass_rate, f"{m.oracle_solved}/{m.oracle_tasks}"),
+        *_validity_criteria(m, t, oracle_rate),
         check("infra error rate (base rollouts)", m.infra_rate if m.rollouts else None, Op.LE, t.max_infra_error_rate),
         check("worst tool failure rate, known-good calls", failure, Op.LE, t.max_tool_failure_rate, failing_tool),
         check("worst tool empty-on-success rate", empty, Op.LE, t.max_tool_empty_rate, empty_tool),
@@ -92,6 +129,15 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
         for task_id, error in m.oracle_failures[:MAX_ORACLE_FINDINGS]
     ]
     findings += [
+        Finding(
+            subject=f"server {row['server']}",
+            problem=f"on world {row['world_id']}: {row['error']}",
+            advice=SERVER_ADVICE,
+        )
+        for row in m.servers
+        if row["error"]
+    ]
+    findings += [
         Finding(subject=f.tool, problem=f.problem, advice=f.advice, rate=f.rate)
         for f in tool_findings(m.tool_stats, thresholds)
     ]
@@ -107,7 +153,7 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
         )
         for row in m.dialect_mismatches
     ]
-    return GateReport.build(StageName.DERISK, criteria, findings, m.metrics)
+    return GateReport.build(StageName.DERISK, criteria, findings, m.metrics, checks_not_run(m))
 
 
 # --- 2 · TITO --------------------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from prefect import flow
 
-from envs.oracle import require_oracle
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import tito_gate
@@ -39,7 +38,8 @@ def tito(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             update={"harness": settings.harness.model_copy(update={"max_turns": section.max_turns})}
         )
         train, _ = stage.task_sets(settings)
-        chosen = sorted(train, key=lambda t: (-len(require_oracle(t).steps), t.task_id))[: section.tasks]
+        # the tasks whose oracles take the most calls first (a team's task without one: last)
+        chosen = sorted(train, key=lambda t: (-len(t.oracle.steps if t.oracle else ()), t.task_id))[: section.tasks]
         with stage.timed("rollouts"):
             engine = stage.engine_settings(settings.harness.context_budget_tokens)
             job = RolloutJob(Path(stage.policy()), chosen, settings, engine, section.samples, config.seed)

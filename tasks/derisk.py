@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,16 @@ from envs.rollout import pooled_envs
 from envs.sandbox.base import SandboxOptions
 from envs.sandbox.local import LocalProvider
 from envs.sandbox.pool import SandboxPool
-from envs.types import TaskSpec, Trajectory
+from envs.types import TaskSpec, ToolCallRecord, Trajectory
 from tasks.artifacts import ProgressArtifact, log
 from tasks.catalog import Catalog, tool_call_row
 from tasks.context import RolloutJob, StageScope
 from tasks.engine import rollout_engine
 
-ORACLE, PROBE, BASE = "oracle", "probe", "base-rollouts"
+ORACLE, PROBE, SCHEMA_PROBE, BASE = "oracle", "probe", "schema-probe", "base-rollouts"
 KNOWN_GOOD = (ORACLE, PROBE)
-"""Sources whose tool arguments are right by construction: a failure there is the tool's."""
+"""Sources whose tool arguments are right by construction: a failure there is the tool's. A schema probe that needed
+placeholder arguments (``envs.byo.probes``) is not: it counts towards timeouts and empty answers only."""
 
 
 @task(name="oracle-check", cache_policy=NO_CACHE)
@@ -70,14 +72,43 @@ def check_environment_task(
         for r in checked.oracles
         for call in r.tool_calls
     ]
-    calls += [tool_call_row(stage, PROBE, None, p.world_id, p.record) for p in checked.probes]
+    calls += [
+        tool_call_row(stage, PROBE if p.known_good else SCHEMA_PROBE, None, p.world_id, p.record)
+        for p in checked.probes
+    ]
     scope.catalog.append("tool_calls", calls)
     solved = sum(r.passed for r in checked.oracles)
     log("oracle solved %d/%d; %d probe calls", solved, len(checked.oracles), len(checked.probes))
+    for server in checked.servers:
+        log("MCP server %s on %s: %s", server.server, server.world_id, server.error or f"{server.tools} tools")
     failed = [
         {"task_id": r.task_id, "error": r.error or f"graded {r.score:g}"} for r in checked.oracles if not r.passed
     ]
-    return {"solved": solved, "tasks": len(checked.oracles), "probes": len(checked.probes), "failed": failed}
+    return {
+        "solved": solved,
+        "tasks": len(checked.oracles),
+        "probes": len(checked.probes),
+        "known_good_probes": sum(p.known_good for p in checked.probes),
+        "failed_probes": sorted(
+            {p.record.tool for p in checked.probes if (p.known_good and not p.record.ok) or _timed_out(p.record)}
+        ),
+        "failed": failed,
+        "servers": [asdict(server) for server in checked.servers],
+    }
+
+
+def _timed_out(record: ToolCallRecord) -> bool:
+    return record.error_class == "timeout"
+
+
+def unusable_own_environment(checked: dict[str, Any]) -> str | None:
+    """Why a team's own environment (``check_environment_task``'s result) cannot be rolled out on — a server that does
+    not start, a known-good probe that fails or a probe that times out — or None (and always None for ours)."""
+    if failed := [row["server"] for row in checked["servers"] if row["error"]]:
+        return f"MCP server(s) {', '.join(sorted(set(failed)))} do not start"
+    if checked["servers"] and checked["failed_probes"]:
+        return f"probes of {', '.join(checked['failed_probes'])} fail or time out"
+    return None
 
 
 async def _rollouts(

@@ -20,6 +20,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from envs.build import environment_build, load_manifest, load_tasks
+from envs.byo.build import byo_environment_build
+from envs.byo.spec import OWN_ENVIRONMENT
 from envs.errors import RecipeError
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness, read_policy_harness
@@ -41,6 +43,17 @@ def prepare_environment(root: Path, seed: int, worlds_per_domain: int) -> Path:
     assert manifest is not None  # environment_build returns intact builds only
     worlds, tasks = len(manifest.world_ids), sum(manifest.task_counts.values())
     log("environment %s: %d worlds, %d tasks, digest %s", build, worlds, tasks, manifest.content_digest)
+    return build
+
+
+@task(name="own-environment", cache_policy=NO_CACHE)
+def prepare_own_environment(file: Path, root: Path) -> Path:
+    """The build of a team's own environment file under the data root (``envs.byo.build``)."""
+    build = byo_environment_build(file, root)
+    manifest = load_manifest(build)
+    assert manifest is not None  # published builds are intact
+    tasks = sum(manifest.task_counts.values())
+    log("environment %s (%s): %d worlds, %d tasks", build, file, len(manifest.world_ids), tasks)
     return build
 
 
@@ -80,20 +93,25 @@ def offered_tools(apps: Sequence[str] | None) -> set[str] | None:
 def select_tasks(
     tasks: Sequence[TaskSpec], split: Split, tiers: Sequence[Tier], apps: Sequence[str] | None, policy_apps_only: bool
 ) -> list[TaskSpec]:
-    """Tasks of ``split`` and ``tiers``; with ``policy_apps_only``, only those whose oracle uses ``apps``' tools."""
+    """Tasks of ``split`` and ``tiers``; with ``policy_apps_only``, only those whose oracle uses ``apps``' tools (a
+    team's own task, served by its own servers, is not the apps': ``envs.byo``)."""
     offered = offered_tools(apps) if policy_apps_only else None
     chosen = [
         t
         for t in tasks
         if t.split is split
         and t.tier in tiers
-        and (offered is None or (t.oracle is not None and {s.tool for s in require_oracle(t).steps} <= offered))
+        and (offered is None or OWN_ENVIRONMENT in t.metadata or _oracle_uses(t, offered))
     ]
     if not chosen:
         raise PolicyError(
             f"no {split.value} task of tiers {[str(t) for t in tiers]} can be solved with the apps {list(apps or [])}"
         )
     return chosen
+
+
+def _oracle_uses(task: TaskSpec, offered: set[str]) -> bool:
+    return task.oracle is not None and {step.tool for step in require_oracle(task).steps} <= offered
 
 
 def task_sets(

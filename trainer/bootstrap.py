@@ -11,7 +11,8 @@ No model hub is reachable, so the "pretrained base" that RL improves is built he
    multiple-choice suite's questions with their answers (``mcq_examples_per_question``; ``trainer.mcq_examples``)
    and the bundled terminal tasks, each solved by its reference script in one ``bash`` call
    (``terminal_examples_per_task``; ``trainer.terminal_examples``) — what the transfer stage checks the trained policy
-   can still do;
+   can still do — and, with a team's own environment (``own_environment``), its probe calls on its train tasks
+   (``probe_examples_per_task``; ``trainer.probe_examples``): tools the base has never seen, to explore;
 3. tokenizer: byte-level BPE trained on the worlds' text files, the train prompts and the traces' text;
 4. layout: every trace rendered exactly as its harness (compact tool listing) records a rollout; a few of each
    harness are replayed through ``run_agent`` and must match token for token;
@@ -43,7 +44,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,8 @@ from trainer import terminal_examples
 from trainer.engine import Engine, EngineConfig
 from trainer.mcq_examples import corpus_texts, mcq_examples
 from trainer.model import build_tiny_model, load_policy, save_policy
+from trainer.probe_examples import PROBE_EXAMPLES_VERSION, ObservedProbe, observe_probes, probe_examples
+from trainer.probe_examples import corpus_texts as probe_corpus
 from trainer.rollout_eval import PassEval, PassRow, evaluate_pass_at_1
 from trainer.sft import SftConfig, SftResult, train_sft
 from trainer.specs import BootstrapSpec
@@ -160,8 +163,15 @@ def content_hash(spec: BootstrapSpec, data: Path) -> str:
     untaught = set() if spec.terminal_examples_per_task else terminal_fields
     if spec.tool_format is ToolFormatName.HERMES_JSON and spec.thinking is None:
         untaught |= {"tool_format", "thinking"}
-    digest.update(spec.model_dump_json(exclude=untaught or None).encode())
+    # The team's environment by content, not path; a base taught none hashes as before the field existed.
+    untaught |= {"own_environment"} | (set() if spec.own_environment else {"probe_examples_per_task"})
+    digest.update(spec.model_dump_json(exclude=untaught).encode())
     digest.update(manifest.content_digest.encode())
+    if spec.own_environment is not None:
+        own = load_manifest(spec.own_environment)
+        if own is None:
+            raise FileNotFoundError(f"{spec.own_environment}: no environment build there (manifest.json)")
+        digest.update(own.content_digest.encode() + PROBE_EXAMPLES_VERSION.encode())
     return digest.hexdigest()[:16]
 
 
@@ -344,6 +354,8 @@ def _build(spec: BootstrapSpec, data: Path, key: str, path: Path, progress: Prog
     tasks = select_tasks(load_tasks(data), spec)
     imitation = draw_imitation_set(tasks, worlds_root, spec)
     timings = {"traces_s": time.perf_counter() - started}
+    if imitation.probes:
+        _log(progress, f"{len(imitation.probes)} probe calls of {spec.own_environment} to teach")
     n_traces, n_tasks = len(imitation.traces), len(imitation.tasks_by_id)
     _log(progress, f"{n_traces} traces of {n_tasks} train tasks in {timings['traces_s']:.1f} s")
 
@@ -395,6 +407,8 @@ class ImitationSet:
     worlds_root: Path
     mcq_rows: list[McqRow]
     terminal_tasks: list[TaskSpec]
+    probes: list[ObservedProbe] = field(default_factory=list)
+    """A team's environment's probe calls, each with a train task of its world (``trainer.probe_examples``)."""
 
 
 @dataclass(frozen=True)
@@ -438,7 +452,16 @@ def draw_imitation_set(tasks: Sequence[TaskSpec], worlds_root: Path, spec: Boots
         worlds_root=worlds_root,
         mcq_rows=load_mcq(BUNDLED_MCQ) if spec.mcq_examples_per_question else [],
         terminal_tasks=bundled_terminal_tasks() if spec.terminal_examples_per_task else [],
+        probes=_observed_probes(spec),
     )
+
+
+def _observed_probes(spec: BootstrapSpec) -> list[ObservedProbe]:
+    """The probe calls of ``spec.own_environment`` on its train tasks' worlds (the first ``train_task_limit``)."""
+    if spec.own_environment is None or not spec.probe_examples_per_task:
+        return []
+    own = [task for task in load_tasks(spec.own_environment) if task.split is Split.TRAIN][: spec.train_task_limit]
+    return observe_probes(own, spec.own_environment / "worlds")
 
 
 def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> TokenizedImitation:
@@ -458,7 +481,7 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
         terminal_texts.append(
             compact_system_prompt(config.system_prompt, specs, config.tool_listing, config.tool_format)
         )
-    texts = [*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts]
+    texts = [*corpus, *corpus_texts(imitation.mcq_rows), *terminal_texts, *probe_corpus(imitation.probes, config)]
     tokenizer = train_tokenizer(texts, spec.vocab_size, spec.tool_format)
     rendered: dict[int, TokenizedTrace] = {}  # traces repeat (clean ones): render each distinct object once
     examples = []
@@ -473,6 +496,10 @@ def tokenize_imitation_set(imitation: ImitationSet, spec: BootstrapSpec) -> Toke
     examples += terminal_examples.terminal_examples(
         tokenizer, imitation.terminal_tasks, terminal_config, spec.terminal_examples_per_task
     )
+    if imitation.probes:
+        assert spec.own_environment is not None  # probes come from it
+        own_worlds = spec.own_environment / "worlds"
+        examples += probe_examples(tokenizer, imitation.probes, own_worlds, config, spec.probe_examples_per_task)
     tokenized = TokenizedImitation(tokenizer, examples, rendered)
     asyncio.run(_check_parity_sample(imitation, tokenized, spec))
     return tokenized

@@ -6,6 +6,7 @@ names them validates without loading torch or transformers (``trainer.model`` an
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -133,6 +134,18 @@ class BootstrapSpec(BaseModel):
         ge=0,
         description="examples per bundled terminal task, each solved by its reference script in one bash call "
         "(trainer.terminal_examples): the shell work the transfer stage's terminal suite checks the policy kept",
+    )
+    probe_examples_per_task: int = Field(
+        0,
+        ge=0,
+        description="with a team's own environment (own_environment): examples per train task and probe call, each "
+        "the call and an answer copied from what it returned (trainer.probe_examples), so a base new to those tools "
+        "explores them",
+    )
+    own_environment: Path | None = Field(
+        None,
+        description="the build of a team's own environment (envs.byo) whose probes the base is taught; set by the "
+        "de-risk stage when the profile names one (the cache key hashes its content digest, not its path)",
     )
     train_task_limit: int | None = Field(
         None, ge=1, description="imitate only the first N train tasks (the smoke profile's base, built in a minute)"

@@ -5,6 +5,10 @@ recipe envs check    [--data data] [--seed 0] [--transport python|inmemory|stdio
                                                 run every oracle on a private world copy and grade it (through
                                                 the MCP gateway in pooled sandboxes with --transport stdio);
                                                 prints a table per domain and tier, then "oracle solved N/N"
+recipe envs check --environment FILE [--data data]
+                                                a team's own environment (envs.byo): build it, start each MCP
+                                                server on each world, send the user and schema probes; a table
+                                                per server and per tool (exit 1 on any failure)
 recipe envs check --tasks harbor:DIR|bundled-terminal [--sandbox local|docker]
                                                 run Harbor's reference agents on every task folder: oracle
                                                 (solution/solve.sh) must score 1, nop 0; prints each task's
@@ -86,9 +90,51 @@ def _envs_check_harbor(spec: str, sandbox: str) -> int:
     return 0 if valid == len(results) else 1
 
 
+def _envs_check_own(environment: Path, data: Path) -> int:
+    """A team's environment: build it, start each server on each world, send the probes; a table per tool."""
+    from envs.build import load_tasks
+    from envs.byo.build import byo_environment_build
+    from envs.check import OracleTransport, check_environment
+
+    build = byo_environment_build(environment, data)
+    tasks = load_tasks(build)
+    checked = check_environment(tasks, build / "worlds", transport=OracleTransport.STDIO)
+    servers = Table(title=f"MCP servers of {environment} (build {build})")
+    for column in ("world", "server", "tools", "seconds", "started"):
+        servers.add_column(column)
+    for server in checked.servers:
+        verdict = "yes" if server.error is None else f"[red]NO[/red]: {server.error}"
+        servers.add_row(server.world_id, server.server, str(server.tools), f"{server.seconds:.2f}", verdict)
+    console.print(servers)
+    by_tool: dict[str, list[tuple[bool, bool, bool]]] = defaultdict(list)
+    for probe in checked.probes:
+        record = probe.record
+        by_tool[record.tool].append((probe.known_good, record.ok, record.error_class == "timeout"))
+    probes = Table(title="probes (known-good: user probes and schema probes with every required argument known)")
+    for column in ("tool", "probes", "known-good", "known-good failed", "timed out"):
+        probes.add_column(column)
+    for tool, rows in sorted(by_tool.items()):
+        failed = sum(good and not ok for good, ok, _ in rows)
+        timed_out = sum(late for *_, late in rows)
+        cells = (str(len(rows)), str(sum(good for good, *_ in rows)), str(failed), str(timed_out))
+        probes.add_row(tool, *(f"[red]{c}[/red]" if c != "0" and i >= 2 else c for i, c in enumerate(cells)))
+    console.print(probes)
+    for probe in (p for p in checked.probes if p.known_good and not p.record.ok):
+        console.print(f"[red]FAILED[/red] {probe.record.tool} on {probe.world_id}: {probe.record.error}")
+    problems = sum(s.error is not None for s in checked.servers)
+    problems += sum((p.known_good and not p.record.ok) or p.record.error_class == "timeout" for p in checked.probes)
+    oracles = (
+        f"; oracle solved {sum(r.passed for r in checked.oracles)}/{len(checked.oracles)}" if checked.oracles else ""
+    )
+    print(f"{len(tasks)} tasks; {len(checked.probes)} probes; {problems} problems{oracles}")
+    return 0 if problems == 0 and all(r.passed for r in checked.oracles) else 1
+
+
 def _envs_check(args: argparse.Namespace) -> int:
     import time
 
+    if args.environment:
+        return _envs_check_own(Path(args.environment), Path(args.data))
     if args.tasks:
         return _envs_check_harbor(args.tasks, args.sandbox)
     if args.sandbox != "local":
@@ -151,6 +197,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         choices=["python", "inmemory", "stdio"],
         default="python",
         help="python: apps called directly; inmemory / stdio: through the MCP gateway (stdio in pooled sandboxes)",
+    )
+    check.add_argument(
+        "--environment",
+        default=None,
+        help="a team's own environment file (or its folder): start its MCP servers on each world and send its probes",
     )
     check.add_argument(
         "--tasks",

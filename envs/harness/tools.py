@@ -1,9 +1,10 @@
 """Tool sessions: what the agent loop calls tools through.
 
-``ToolSession`` is the protocol; two implementations:
+``ToolSession`` is the protocol; three implementations:
 
 * ``LocalToolSession(world)`` calls the app registry (``envs.apps.call_tool``) in a worker thread — no MCP, fast, for
   tests and local rollouts. It exposes the gateway's names (``sheets_read_cell``) so a model sees the same tools.
+* ``envs.byo.servers.ExternalTools`` — a world's own MCP servers (``tool_session`` picks it for such a world).
 * ``GatewayToolSession(client)`` adapts an open ``envs.mcp.client.GatewayClient`` (whose ``list_tools`` returns MCP
   ``Tool`` objects) to the protocol.
 
@@ -22,11 +23,15 @@ import asyncio
 import re
 import time
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
 
 from envs.apps import TOOLS, ToolError, World, call_tool, tool_schema
 from envs.apps.base import encodable_text
+from envs.byo.servers import ExternalTools
+from envs.byo.spec import server_set_of
 from envs.mcp.client import GatewayClient, ToolOutcome
 from envs.mcp.servers import mcp_name, registry_name
 from envs.types import ToolCallRecord
@@ -39,6 +44,7 @@ __all__ = [
     "app_outcome",
     "call_record",
     "error_signature",
+    "tool_session",
 ]
 
 
@@ -133,6 +139,12 @@ def app_outcome(world: World, name: str, args: dict[str, Any]) -> ToolOutcome:
         return ToolOutcome(message, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False)
     text = "" if text is None else encodable_text(str(text))  # None on success is a bug the records must show
     return ToolOutcome(text, is_error=False, latency_s=time.perf_counter() - started, returned_empty=not text.strip())
+
+
+def tool_session(world_root: Path, apps: Sequence[str] | None = None) -> AbstractAsyncContextManager[ToolSession]:
+    """The tools of a world copy: its own MCP servers when it names them (``envs.byo``), else the apps in-process."""
+    servers = server_set_of(world_root)
+    return LocalToolSession(World(world_root), apps=apps) if servers is None else ExternalTools(servers, world_root)
 
 
 class GatewayToolSession:

@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,13 @@ from envs.mcp.variants import BadVariant
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 30.0
+_TIMEOUT_TEXT = re.compile(r": no answer within the \S+ s call timeout$")
+
+
+def timeout_text(name: str, timeout_s: float) -> str:
+    """What a call that got no answer in time reads as, here and from a gateway that proxies other servers (which
+    ``GatewayClient.call`` reads back as ``timed_out``)."""
+    return f"{name}: no answer within the {timeout_s:g} s call timeout"
 
 
 class Transport(StrEnum):
@@ -178,7 +186,7 @@ class GatewayClient:
         except MCPError as error:
             if error.code != REQUEST_TIMEOUT:
                 raise
-            text = f"{exposed}: no answer within the {self.call_timeout_s:g} s call timeout"
+            text = timeout_text(exposed, self.call_timeout_s)
             return ToolOutcome(
                 text, is_error=True, latency_s=time.perf_counter() - started, returned_empty=False, timed_out=True
             )
@@ -188,4 +196,6 @@ class GatewayClient:
                 block.text if isinstance(block, TextContent) else f"[{block.type} content]" for block in result.content
             )
         )
-        return ToolOutcome(text, result.is_error, latency_s, returned_empty=not result.is_error and not text.strip())
+        timed_out = result.is_error and _TIMEOUT_TEXT.search(text) is not None  # a proxied server's timeout
+        empty = not result.is_error and not text.strip()
+        return ToolOutcome(text, result.is_error, latency_s, returned_empty=empty, timed_out=timed_out)

@@ -6,7 +6,8 @@
     python -m envs.mcp.gateway --world W --faults '{"rate": 0.1}'                  # injected tool faults
 
 In stdio mode stdout carries the protocol only: every log line goes to stderr. Tools read and write the world folder
-in place (give each rollout its own copy).
+in place (give each rollout its own copy). A world with ``mcp_servers.json`` (a team's own servers: ``envs.byo``)
+is served by forwarding to those servers, started here on the world (``--apps`` and ``--variant`` do not apply).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import logging
 import sys
 from pathlib import Path
 
+import anyio
+
 from envs.apps import World
+from envs.byo.servers import serve_proxy
+from envs.byo.spec import server_set_of
 from envs.faults import FaultPlan
 from envs.mcp.client import Transport
 from envs.mcp.servers import APP_NAMES, build_gateway
@@ -58,6 +63,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     log_format = "%(asctime)s %(name)s %(levelname)s %(message)s"
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format=log_format)
+    if (servers := server_set_of(args.world)) is not None:  # a world of a team's own servers: forward to them
+        logging.getLogger(__name__).info("gateway on %s: servers of %s", args.world, servers.environment)
+        anyio.run(serve_proxy, servers, args.world, args.transport, args.host, args.port, HTTP_PATH)
+        return
     world = World(args.world.resolve())
     faults = args.faults.injector(f"gateway:{args.world.name}") if args.faults else None
     server = build_gateway(world, args.apps, frozenset(args.variant), faults)

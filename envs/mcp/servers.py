@@ -28,7 +28,7 @@ import difflib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio.to_thread
@@ -71,11 +71,11 @@ _REGISTRY_BY_MCP_NAME: dict[str, str] = {mcp_name(name): name for name in TOOLS}
 def registry_name(name: str) -> str:
     """``sheets_read_cell`` -> ``sheets.read_cell``; raises ToolError naming close matches for an unknown name."""
     if name not in _REGISTRY_BY_MCP_NAME:
-        raise ToolError(f"unknown tool {name!r}{_suggestion(name, _REGISTRY_BY_MCP_NAME)}")
+        raise ToolError(f"unknown tool {name!r}{did_you_mean(name, _REGISTRY_BY_MCP_NAME)}")
     return _REGISTRY_BY_MCP_NAME[name]
 
 
-def _suggestion(name: str, known: Iterable[str]) -> str:
+def did_you_mean(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=3)
     return f"; did you mean {', '.join(close)}?" if close else f"; tools are: {', '.join(sorted(known))}"
 
@@ -108,7 +108,7 @@ def faulty_runner(runner: Runner, faults: FaultInjector) -> Runner:
     return run
 
 
-def _error(text: str) -> CallToolResult:
+def error_result(text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=encodable_text(text))], is_error=True)
 
 
@@ -119,12 +119,12 @@ async def run_tool(runner: Runner, world: World, name: str, arguments: dict[str,
         # own limits (code_exec kills its process group at timeout_s).
         text = await anyio.to_thread.run_sync(runner, world, arguments, abandon_on_cancel=True)
     except ToolError as error:
-        return _error(str(error))
+        return error_result(str(error))
     except PathEscapeError as error:  # raised by variant wrappers that resolve paths themselves
-        return _error(f"{name}: {error}")
+        return error_result(f"{name}: {error}")
     except Exception as error:  # a tool never takes its server down: report the crash to the caller and the log
         logger.exception("tool %s crashed", name)
-        return _error(f"{name} failed unexpectedly: {type(error).__name__}: {error}")
+        return error_result(f"{name} failed unexpectedly: {type(error).__name__}: {error}")
     return CallToolResult(content=[TextContent(type="text", text=encodable_text(text))] if text else [])
 
 
@@ -149,11 +149,23 @@ def _mcp_tool(
 
     spec = TOOLS[name]
     read_only = spec.fn.__name__.startswith(READ_OP_PREFIXES)
+    return raw_tool(exposed_name, spec.description, tool_schema(name), call, read_only)
+
+
+def raw_tool(
+    name: str,
+    description: str,
+    schema: dict[str, Any],
+    call: Callable[..., Awaitable[CallToolResult]],
+    read_only: bool | None = None,
+) -> MCPTool:
+    """An MCP tool whose JSON arguments reach ``call`` untouched (``call`` validates them) and whose listing shows
+    ``schema``: the apps' tools here, and the tools a gateway forwards to other servers (``envs.byo.servers``)."""
     return MCPTool(
         fn=call,
-        name=exposed_name,
-        description=spec.description,
-        parameters=tool_schema(name),
+        name=name,
+        description=description,
+        parameters=schema,
         fn_metadata=FuncMetadata(arg_model=_RawArguments),
         is_async=True,
         annotations=ToolAnnotations(read_only_hint=read_only),
@@ -168,7 +180,7 @@ class ToolServer(MCPServer):
     ) -> Any:  # the SDK's signature returns CallToolResult | InputRequiredResult
         known = [tool.name for tool in self._tool_manager.list_tools()]
         if name not in known:
-            return _error(f"unknown tool {name!r}{_suggestion(name, known)}")
+            return error_result(f"unknown tool {name!r}{did_you_mean(name, known)}")
         return await super().call_tool(name, arguments, context)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from pydantic import Field, field_validator, model_validator
 
+from envs.byo.spec import load_environment_file
 from envs.options import DEFAULT_WORLDS_PER_DOMAIN, HELDOUT_WORLD_INDEX, BadVariant, ProviderName
 from envs.types import Tier
 from flows.config.base import (
@@ -39,6 +41,21 @@ class EnvironmentSection(_Section):
     """Seed of the world and task generators."""
     worlds_per_domain: int = Field(DEFAULT_WORLDS_PER_DOMAIN, ge=HELDOUT_WORLD_INDEX, le=MAX_WORLDS_PER_DOMAIN)
     """Worlds per domain: world 3 is held out, 1, 2 and 4 … n are train worlds."""
+    file: Path | None = None
+    """A team's own environment (``envs.byo``: an environment file, or a folder holding ``environment.yaml``) whose
+    tasks the run trains and evaluates on instead of the generated ones; ``--set environment=PATH`` sets it. The
+    generated worlds still teach the local base (``policy.bootstrap``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_alone(cls, value: Any) -> Any:
+        return {"file": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _readable_file(self) -> EnvironmentSection:
+        if self.file is not None:
+            load_environment_file(self.file)  # its errors name the file and the field, before any work
+        return self
 
 
 class PolicySection(_Section):

@@ -1,0 +1,164 @@
+"""Build a team's own environment (``envs.byo.spec``) into the layout every stage reads (``envs.build``).
+
+    build/worlds/<id>/filesystem/        made by the world's ``setup`` command (or copied from its ``folder``)
+    build/worlds/<id>/mcp_servers.json   the servers, commands resolved (``ServerSet``): what serves the world's tools
+    build/tasks/{train,heldout}.jsonl    the task file's tasks (domain ``general``)
+    build/manifest.json                  ``source: file:<environment file>``, counts, content digest
+
+The build lives at ``<data root>/env-byo-<name>-<key>/``; ``key`` digests every file of the environment's folder
+and the resolved server commands, so an edit to a task, a setup script or the file gets a new build and two runs of
+the same inputs share one (made once under the data root's lock, like the generated worlds).
+
+A server command without a ``/`` is looked up on PATH, then in the folders ``make install-mcp-servers`` fills
+(``.venv-mcp/*/bin``, ``.mcp-npm/node_modules/.bin``); a relative path is taken from the environment file's folder. A
+command found nowhere is kept as written: de-risk then fails with a finding naming the server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from envs.build import (
+    MARKER,
+    EnvironmentBuildError,
+    EnvironmentManifest,
+    content_digest,
+    load_manifest,
+    published_build,
+)
+from envs.byo.spec import (
+    SERVERS_FILE,
+    EnvironmentFile,
+    ServerSet,
+    WorldSpec,
+    expand,
+    load_environment_file,
+    load_task_file,
+)
+from envs.files import atomic_write_text
+from envs.loaders import save_jsonl
+from envs.sandbox.world_copy import copy_tree
+from envs.types import Split
+
+BYO_BUILD_VERSION = "byo-v1"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SERVER_FOLDERS = (PROJECT_ROOT / ".venv-mcp", PROJECT_ROOT / ".mcp-npm" / "node_modules" / ".bin")
+"""Where ``make install-mcp-servers`` puts the registries' servers (a venv per PyPI server under the first, the npm
+ones in the second): searched after PATH."""
+SETUP_OUTPUT_CHARS = 2000
+
+
+def environment_file_path(path: Path) -> Path:
+    return path / "environment.yaml" if path.is_dir() else path
+
+
+def resolve_command(command: tuple[str, ...], env_dir: Path) -> tuple[str, ...]:
+    """``command`` with its program found (PATH, then ``SERVER_FOLDERS``; a relative path from ``env_dir``)."""
+    program = command[0]
+    if "/" in program:
+        found: str | None = str((env_dir / program).resolve()) if not Path(program).is_absolute() else program
+    else:
+        venvs, npm_bin = SERVER_FOLDERS
+        folders = [*sorted(str(bin_dir) for bin_dir in venvs.glob("*/bin")), str(npm_bin)]
+        search = os.pathsep.join([os.environ.get("PATH", ""), *folders])
+        found = shutil.which(program, path=search)
+    return (found or program, *command[1:])
+
+
+def resolved_servers(spec: EnvironmentFile, env_dir: Path) -> ServerSet:
+    servers = tuple(
+        server.model_copy(update={"command": resolve_command(server.command, env_dir)}) if server.command else server
+        for server in spec.servers
+    )
+    return ServerSet(environment=spec.name, servers=servers, probes=spec.probes)
+
+
+def _folder_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def byo_build_key(env_dir: Path, servers: ServerSet) -> str:
+    inputs = f"{BYO_BUILD_VERSION}\0{_folder_digest(env_dir)}\0{servers.model_dump_json()}"
+    return hashlib.sha256(inputs.encode()).hexdigest()[:16]
+
+
+def _make_world(world_spec: WorldSpec, filesystem: Path, env_dir: Path) -> None:
+    filesystem.mkdir(parents=True)
+    if world_spec.folder is not None:
+        source = (env_dir / world_spec.folder).resolve()
+        if not source.is_dir():
+            raise EnvironmentBuildError(f"world {world_spec.id}: folder {source} does not exist")
+        copy_tree(source, filesystem)
+    if world_spec.setup is None:
+        return
+    command = [str(part) for part in expand(list(world_spec.setup), filesystem, env_dir)]
+    try:
+        done = subprocess.run(
+            command, cwd=env_dir, capture_output=True, text=True, timeout=world_spec.setup_timeout_s, check=False
+        )
+    except FileNotFoundError:
+        raise EnvironmentBuildError(f"world {world_spec.id}: setup command {command[0]!r} not found") from None
+    except subprocess.TimeoutExpired:
+        raise EnvironmentBuildError(
+            f"world {world_spec.id}: setup did not finish within {world_spec.setup_timeout_s:g} s"
+        ) from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout)[-SETUP_OUTPUT_CHARS:]
+        raise EnvironmentBuildError(f"world {world_spec.id}: setup exited {done.returncode}: {tail}")
+
+
+def _generate(folder: Path, spec: EnvironmentFile, source: Path, servers: ServerSet) -> EnvironmentManifest:
+    started = time.perf_counter()
+    folder = folder.resolve()  # setup commands run in the environment's folder: {world} must not be relative
+    env_dir = source.parent
+    tasks = load_task_file(env_dir / spec.tasks, spec.name, {world.id for world in spec.worlds})
+    for world_spec in spec.worlds:
+        root = folder / "worlds" / world_spec.id
+        _make_world(world_spec, root / "filesystem", env_dir)
+        atomic_write_text(root / SERVERS_FILE, servers.model_dump_json(indent=2))
+    for split in Split:
+        save_jsonl([task for task in tasks if task.split is split], folder / "tasks" / f"{split}.jsonl")
+    counts = Counter(f"{task.domain}/{task.tier}/{task.split}" for task in tasks)
+    manifest = EnvironmentManifest(
+        seed=0,
+        world_ids=sorted(world.id for world in spec.worlds),
+        task_counts=dict(sorted(counts.items())),
+        content_digest=content_digest(folder),
+        generation_seconds=round(time.perf_counter() - started, 3),
+        source=f"file:{source}",
+    )
+    atomic_write_text(folder / "manifest.json", manifest.model_dump_json(indent=2))
+    (folder / MARKER).touch()
+    return manifest
+
+
+def _intact(folder: Path, source: Path) -> bool:
+    manifest = load_manifest(folder)
+    return (
+        manifest is not None
+        and manifest.source == f"file:{source}"
+        and content_digest(folder) == manifest.content_digest
+    )
+
+
+def byo_environment_build(path: Path, root: Path) -> Path:
+    """The build of the environment file ``path`` (or a folder holding ``environment.yaml``) under the data root."""
+    source = environment_file_path(path).resolve()
+    spec = load_environment_file(source)
+    # Validate the task file before taking the lock: a bad line costs one message, not a build.
+    load_task_file(source.parent / spec.tasks, spec.name, {world.id for world in spec.worlds})
+    servers = resolved_servers(spec, source.parent)
+    name = f"env-byo-{spec.name}-{byo_build_key(source.parent, servers)}"
+    return published_build(
+        root, name, lambda folder: _generate(folder, spec, source, servers), lambda folder: _intact(folder, source)
+    )
