@@ -47,6 +47,7 @@ from envs.types import (
     PptxContains,
     TaskSpec,
     VerifierReward,
+    VerifiersReward,
     XlsxCellEquals,
 )
 
@@ -465,6 +466,16 @@ def _verifier_reward(criterion: VerifierReward, ctx: _Context) -> str:
     if not reward >= criterion.min_reward:
         raise _Unmet(f"verifier reward {reward!r} < required {criterion.min_reward!r}")
     return f"verifier reward {reward!r} ≥ {criterion.min_reward!r}"
+
+
+@_grades(VerifiersReward)
+def _verifiers_reward(criterion: VerifiersReward, ctx: _Context) -> str:
+    from envs.byo.verifiers_env import verifiers_reward
+
+    reward = verifiers_reward(criterion, ctx.task.prompt, ctx.answer)
+    if not reward >= criterion.min_reward:
+        raise _Unmet(f"verifiers reward {reward!r} < required {criterion.min_reward!r}")
+    return f"verifiers reward {reward!r} ≥ {criterion.min_reward!r}"
 
 
 # --- entry point -----------------------------------------------------------------------------------------------------

@@ -141,6 +141,20 @@ class VerifierReward(_Contract):
     min_reward: float = 1.0
 
 
+class VerifiersReward(_Contract):
+    """A ``verifiers`` environment's own rewards (``@vf.reward``) on the final reply reach ``min_reward``: scored by
+    the task's ``score`` in the verifiers venv (``envs.byo.verifiers_env``)."""
+
+    kind: Literal["verifiers_reward"] = "verifiers_reward"
+    environment: str
+    task: int = Field(ge=0)
+    """The task's position in its taskset."""
+    python: str
+    path: str | None = None
+    min_reward: float = 1.0
+    timeout_s: float = 60.0
+
+
 Criterion = Annotated[
     AnswerEquals
     | AnswerNumeric
@@ -151,7 +165,8 @@ Criterion = Annotated[
     | PptxContains
     | FileUnchanged
     | LlmJudge
-    | VerifierReward,
+    | VerifierReward
+    | VerifiersReward,
     Field(discriminator="kind"),
 ]
 

@@ -26,6 +26,7 @@ from typing import Any
 from prefect import flow
 
 from envs.build import load_tasks
+from envs.byo.verifiers_env import verifiers_environment_file
 from envs.files import atomic_write_json
 from envs.options import BadVariant
 from envs.oracle import with_wrong_oracle
@@ -49,16 +50,17 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         subset_size = config.stages.overfit.subset_size
         with stage.timed("environment"):
             generated = prepare_environment(environment.data, environment.seed, environment.worlds_per_domain)
-            data = (
-                generated if environment.file is None else prepare_own_environment(environment.file, environment.data)
-            )
+            own = environment.file
+            if environment.verifiers is not None:
+                own = verifiers_environment_file(environment.verifiers, environment.data)
+            data = generated if own is None else prepare_own_environment(own, environment.data)
             stage.output("data", data.resolve())  # the build this run uses (later stages read it from here)
             if data != generated:  # a team's own: the generated worlds still teach the local base
                 stage.output("base_data", generated.resolve())
             everything = load_tasks(data)
             validate(Suite.TASK_SET, task_frame(everything))
         # oracle_worlds names generated worlds; a team's own environment is checked on every world it has
-        picked = section.oracle_worlds if environment.file is None else None
+        picked = section.oracle_worlds if own is None else None
         checked = [t for t in everything if picked is None or t.world_id in picked]
         if Defect.WRONG_ORACLE in config.defects:
             checked, task_id = with_wrong_oracle(checked)

@@ -12,8 +12,8 @@ and choosing the probe that answers a task is what RL then learns. The local pro
 already call tools (Qwen3.5 needs none of this).
 
 Each example is recorded, not rendered: its turns are replayed through ``run_agent`` on a copy of the task's world
-with the environment's real servers (``envs.rollout.local_envs``), so its tokens are a rollout's and its observation
-is what the server returned. An answer longer than a turn is cut to ``max_tokens_per_turn``.
+with the environment's real servers (one session per world: ``envs.harness.tools.tool_session``), so its tokens are a
+rollout's and its observation is what the server returned. An answer longer than a turn is cut to the turn limit.
 
     observed = observe_probes(tasks, worlds_root)           # before the tokenizer: its corpus needs the texts
     examples = probe_examples(tokenizer, observed, worlds_root, config, per_task=2)
@@ -31,15 +31,16 @@ from transformers import PreTrainedTokenizerBase
 
 from envs.byo.servers import ExternalTools
 from envs.byo.spec import expand, server_set_of
+from envs.graders import grade
 from envs.harness.agent import AgentSetup, HarnessConfig, run_agent
 from envs.harness.chat import encode, eos_token_id
-from envs.rollout import local_envs
+from envs.harness.tools import tool_session
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 from trainer.traces import ANSWER_THOUGHT, ReplayEngine, TokenizedTrace, tool_call_text, turn_text
 
-PROBE_EXAMPLES_VERSION = "probe-examples-v2"
+PROBE_EXAMPLES_VERSION = "probe-examples-v3"
 """Part of the base's cache key when it is taught a team's probes: bump it when these examples change."""
 ANSWER_MARGIN_TOKENS = 4
 """Room left in the answer turn for what the harness adds after the sampled text."""
@@ -125,29 +126,35 @@ def _cut(tokenizer: PreTrainedTokenizerBase, text: str, budget: int) -> str:
     return text if len(ids) <= budget else tokenizer.decode(ids[:budget]).strip()
 
 
-async def _record(
-    tokenizer: PreTrainedTokenizerBase, probe: ObservedProbe, worlds_root: Path, config: HarnessConfig
-) -> TokenizedTrace:
+async def _record_world(
+    tokenizer: PreTrainedTokenizerBase, observed: Sequence[ObservedProbe], world_root: Path, config: HarnessConfig
+) -> list[TokenizedTrace]:
+    """The examples of one world's probes, replayed one after another through one session of its servers."""
     eos = eos_token_id(tokenizer)
-    answer_budget = (
-        config.max_tokens_per_turn
-        - ANSWER_MARGIN_TOKENS
-        - len(encode(tokenizer, turn_text("", ANSWER_THOUGHT, config)))
-    )
-    texts = _turns(probe, _cut(tokenizer, probe.answer, answer_budget), config)
-    turns = [[*encode(tokenizer, text), eos] for text in texts]
-    called = "+".join(call.tool for call in probe.calls)
-    if (longest := max(len(turn) for turn in turns)) > config.max_tokens_per_turn:
-        limit = config.max_tokens_per_turn
-        raise ValueError(f"probe example {called}: a turn of {longest} tokens, past the turn limit {limit}")
-    agent = AgentSetup(ReplayEngine(turns), tokenizer, config)
-    async with local_envs(probe.task, worlds_root)(0) as env:
-        group = f"probe-{probe.task.task_id}"
-        trajectory = await run_agent(probe.task, env.tools, agent, grade_fn=env.grade, group_id=group)
-    if trajectory.error_class is not None:
-        what = f"probe example {probe.task.task_id}/{called}"
-        raise ValueError(f"{what}: {trajectory.stop_reason}: {trajectory.error}")
-    return TokenizedTrace(list(trajectory.tokens), list(trajectory.loss_mask))
+    thought = len(encode(tokenizer, turn_text("", ANSWER_THOUGHT, config)))
+    answer_budget = config.max_tokens_per_turn - ANSWER_MARGIN_TOKENS - thought
+    recorded = []
+    with scratch_dir("probe-replay-") as scratch:
+        copy = fork_world(world_root, Path(scratch) / world_root.name)
+        async with tool_session(copy) as tools:
+            for probe in observed:
+                texts = _turns(probe, _cut(tokenizer, probe.answer, answer_budget), config)
+                turns = [[*encode(tokenizer, text), eos] for text in texts]
+                called = "+".join(call.tool for call in probe.calls)
+                if (longest := max(len(turn) for turn in turns)) > config.max_tokens_per_turn:
+                    limit = config.max_tokens_per_turn
+                    raise ValueError(f"probe example {called}: a turn of {longest} tokens, past the turn limit {limit}")
+                agent = AgentSetup(ReplayEngine(turns), tokenizer, config)
+                task = probe.task
+                trajectory = await run_agent(
+                    task, tools, agent, grade_fn=lambda answer, task=task: grade(task, answer, world_root, copy),
+                    group_id=f"probe-{task.task_id}",
+                )  # fmt: skip
+                if trajectory.error_class is not None:
+                    what = f"probe example {task.task_id}/{called}"
+                    raise ValueError(f"{what}: {trajectory.stop_reason}: {trajectory.error}")
+                recorded.append(TokenizedTrace(list(trajectory.tokens), list(trajectory.loss_mask)))
+    return recorded
 
 
 def probe_examples(
@@ -160,5 +167,12 @@ def probe_examples(
     """Every observed probe's example ``per_task`` times (recorded once, drawn as often); none at ``per_task`` 0."""
     if per_task == 0:
         return []
-    recorded = [asyncio.run(_record(tokenizer, probe, worlds_root, config)) for probe in observed]
+    by_world: dict[str, list[ObservedProbe]] = {}
+    for probe in observed:
+        by_world.setdefault(probe.task.world_id, []).append(probe)
+    recorded = [
+        example
+        for world_id, probes in by_world.items()
+        for example in asyncio.run(_record_world(tokenizer, probes, worlds_root / world_id, config))
+    ]
     return [example for example in recorded for _ in range(per_task)]

@@ -41,12 +41,14 @@ from envs.byo.spec import (
     load_environment_file,
     load_task_file,
 )
+from envs.byo.verifiers_env import verifiers_content
 from envs.files import atomic_write_text
 from envs.loaders import save_jsonl
 from envs.sandbox.world_copy import copy_tree
 from envs.types import Split
 
-BYO_BUILD_VERSION = "byo-v1"
+BYO_BUILD_VERSION = "byo-v2"
+"""Part of every build's key: bump it when a build's layout or what the bridge to verifiers reports changes."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SERVER_FOLDERS = (PROJECT_ROOT / ".venv-mcp", PROJECT_ROOT / ".mcp-npm" / "node_modules" / ".bin")
 """Where ``make install-mcp-servers`` puts the registries' servers (a venv per PyPI server under the first, the npm
@@ -87,8 +89,8 @@ def _folder_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def byo_build_key(env_dir: Path, servers: ServerSet) -> str:
-    inputs = f"{BYO_BUILD_VERSION}\0{_folder_digest(env_dir)}\0{servers.model_dump_json()}"
+def byo_build_key(env_dir: Path, servers: ServerSet, spec: EnvironmentFile) -> str:
+    inputs = f"{BYO_BUILD_VERSION}\0{_folder_digest(env_dir)}\0{servers.model_dump_json()}\0{spec.model_dump_json()}"
     return hashlib.sha256(inputs.encode()).hexdigest()[:16]
 
 
@@ -121,17 +123,27 @@ def _generate(folder: Path, spec: EnvironmentFile, source: Path, servers: Server
     started = time.perf_counter()
     folder = folder.resolve()  # setup commands run in the environment's folder: {world} must not be relative
     env_dir = source.parent
-    tasks = load_task_file(env_dir / spec.tasks, spec.name, {world.id for world in spec.worlds})
-    for world_spec in spec.worlds:
-        root = folder / "worlds" / world_spec.id
-        _make_world(world_spec, root / "filesystem", env_dir)
-        atomic_write_text(root / SERVERS_FILE, servers.model_dump_json(indent=2))
+    if spec.verifiers is not None:  # its tasks, and a world per task whose server is the task's toolsets
+        content = verifiers_content(spec.name, spec.verifiers, env_dir)
+        tasks = content.tasks
+        for world_id, server in content.servers.items():
+            root = folder / "worlds" / world_id
+            (root / "filesystem").mkdir(parents=True)
+            own = servers.model_copy(update={"servers": (server,)})
+            atomic_write_text(root / SERVERS_FILE, own.model_dump_json(indent=2))
+    else:
+        assert spec.tasks is not None  # the file's validator: servers, worlds and tasks, or verifiers
+        tasks = load_task_file(env_dir / spec.tasks, spec.name, {world.id for world in spec.worlds})
+        for world_spec in spec.worlds:
+            root = folder / "worlds" / world_spec.id
+            _make_world(world_spec, root / "filesystem", env_dir)
+            atomic_write_text(root / SERVERS_FILE, servers.model_dump_json(indent=2))
     for split in Split:
         save_jsonl([task for task in tasks if task.split is split], folder / "tasks" / f"{split}.jsonl")
     counts = Counter(f"{task.domain}/{task.tier}/{task.split}" for task in tasks)
     manifest = EnvironmentManifest(
         seed=0,
-        world_ids=sorted(world.id for world in spec.worlds),
+        world_ids=sorted(world.name for world in (folder / "worlds").iterdir()),
         task_counts=dict(sorted(counts.items())),
         content_digest=content_digest(folder),
         generation_seconds=round(time.perf_counter() - started, 3),
@@ -155,10 +167,10 @@ def byo_environment_build(path: Path, root: Path) -> Path:
     """The build of the environment file ``path`` (or a folder holding ``environment.yaml``) under the data root."""
     source = environment_file_path(path).resolve()
     spec = load_environment_file(source)
-    # Validate the task file before taking the lock: a bad line costs one message, not a build.
-    load_task_file(source.parent / spec.tasks, spec.name, {world.id for world in spec.worlds})
+    if spec.tasks is not None:  # validated before taking the lock: a bad line costs one message, not a build
+        load_task_file(source.parent / spec.tasks, spec.name, {world.id for world in spec.worlds})
     servers = resolved_servers(spec, source.parent)
-    name = f"env-byo-{spec.name}-{byo_build_key(source.parent, servers)}"
+    name = f"env-byo-{spec.name}-{byo_build_key(source.parent, servers, spec)}"
     return published_build(
         root, name, lambda folder: _generate(folder, spec, source, servers), lambda folder: _intact(folder, source)
     )

@@ -29,7 +29,9 @@ import logging
 import os
 import shutil
 import time
-from contextlib import AsyncExitStack
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -105,6 +107,24 @@ def _client(server: ServerSpec, world: Path) -> GatewayClient:
     )
 
 
+MAX_STARTING = max(1, os.cpu_count() or 1)
+"""Stdio servers starting at once in one process: a start is mostly imports (a verifiers toolset imports for ~4 s),
+and a group of rollouts starting all theirs together starved each other past their handshake timeout."""
+_START_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+@asynccontextmanager
+async def _starting(server: ServerSpec) -> AsyncIterator[None]:
+    """Hold one of the event loop's ``MAX_STARTING`` start slots while a stdio server starts (an HTTP one needs none);
+    its start timeout runs from when it holds the slot."""
+    if server.command is None:
+        yield
+        return
+    slots = _START_SLOTS.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(MAX_STARTING))
+    async with slots:
+        yield
+
+
 def _described(error: BaseException) -> str:
     """One line for what a failed start raised (anyio wraps the transport's error in exception groups)."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
@@ -139,7 +159,7 @@ class ExternalTools:
     async def _open(self, server: ServerSpec) -> None:
         client = _client(server, self.filesystem)
         try:
-            async with asyncio.timeout(server.start_timeout_s + TRANSPORT_GRACE_S):
+            async with _starting(server), asyncio.timeout(server.start_timeout_s + TRANSPORT_GRACE_S):
                 await self._stack.enter_async_context(client)
                 tools = await client.list_tools()
         except TimeoutError:

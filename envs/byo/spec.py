@@ -137,22 +137,49 @@ class WorldSpec(_Spec):
         return self
 
 
+class VerifiersSpec(_Spec):
+    """A ``verifiers`` environment (Prime Intellect's format): its tasks, toolsets and rewards, run through rl-recipe's
+    harness (``envs.byo.verifiers_env``)."""
+
+    id: str = Field(min_length=1)
+    """The taskset id verifiers loads (``owner/name@version`` or ``my-tasks``: the module ``my_tasks``)."""
+    path: str | None = None
+    """A folder holding the module, relative to the environment file (default: installed in the verifiers venv)."""
+    python: str | None = None
+    """The Python of the verifiers venv (default: the one ``make install-mcp-servers`` makes)."""
+    heldout_every: int = Field(4, ge=2, le=1000)
+    """Every n-th task is held out (verifiers tasksets have no splits)."""
+    timeout_s: float = Field(60.0, gt=0, le=3600)
+    """For loading the tasks, and for each scoring and tool call."""
+
+
+VERIFIERS_SERVER = ServerSpec(name="vf", command=("verifiers",))
+"""The server a verifiers environment's toolsets are offered by (``vf_<toolset>_<tool>``)."""
+
+
 class EnvironmentFile(_Spec):
+    """Servers, worlds and a task file; or a ``verifiers`` environment, which brings all three."""
+
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: str = ""
-    servers: tuple[ServerSpec, ...] = Field(min_length=1)
-    worlds: tuple[WorldSpec, ...] = Field(min_length=1)
-    tasks: str
+    servers: tuple[ServerSpec, ...] = ()
+    worlds: tuple[WorldSpec, ...] = ()
+    tasks: str | None = None
     """The task file, relative to the environment file."""
+    verifiers: VerifiersSpec | None = None
     probes: ProbeSpec = ProbeSpec()
 
     @model_validator(mode="after")
-    def _unique_names(self) -> EnvironmentFile:
+    def _one_source(self) -> EnvironmentFile:
+        if self.verifiers is not None and (self.servers or self.worlds or self.tasks):
+            raise ValueError("a verifiers environment brings its own servers, worlds and tasks: give none of them")
+        if self.verifiers is None and not (self.servers and self.worlds and self.tasks):
+            raise ValueError("give servers, worlds and tasks (or a verifiers environment)")
         for what, names in (("server", [s.name for s in self.servers]), ("world", [w.id for w in self.worlds])):
             if duplicates := sorted({n for n in names if names.count(n) > 1}):
                 raise ValueError(f"{what} names repeat: {', '.join(duplicates)}")
         for probe in self.probes.calls:
-            probe.offered(self.servers)
+            probe.offered(self.servers or (VERIFIERS_SERVER,))
         return self
 
 

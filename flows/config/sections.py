@@ -51,8 +51,14 @@ class EnvironmentSection(_Section):
     def _path_alone(cls, value: Any) -> Any:
         return {"file": value} if isinstance(value, str) else value
 
+    verifiers: str | None = Field(None, min_length=1)
+    """A ``verifiers`` environment installed in the verifiers venv, by id (``owner/name``, ``my-tasks``): the run's
+    tasks, tools and rewards come from it (``envs.byo.verifiers_env``); an environment file can name one too."""
+
     @model_validator(mode="after")
     def _readable_file(self) -> EnvironmentSection:
+        if self.file is not None and self.verifiers is not None:
+            raise ValueError("give environment.file or environment.verifiers, not both")
         if self.file is not None:
             load_environment_file(self.file)  # its errors name the file and the field, before any work
         return self

@@ -1,6 +1,6 @@
 """Make one world of the sqlite-sales environment: ``sales.db``, customers and their orders, seeded.
 
-    python make_db.py WORLD_FOLDER --seed N
+python make_db.py WORLD_FOLDER --seed N
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def main() -> None:
             "INSERT INTO customers (id, name, region) VALUES (?, ?, ?)",
             [(index + 1, name, rng.choice(REGIONS)) for index, name in enumerate(customers)],
         )
-        orders = [(rng.randint(1, 5), rng.randint(10, 90) * 1000.0, f"Q{rng.randint(1, 4)}") for _ in range(6 + args.seed)]
+        orders = [
+            (rng.randint(1, 5), rng.randint(10, 90) * 1000.0, f"Q{rng.randint(1, 4)}") for _ in range(6 + args.seed)
+        ]
         db.executemany("INSERT INTO orders (customer_id, amount, quarter) VALUES (?, ?, ?)", orders)
 
 
