@@ -1,8 +1,9 @@
 """The house rules, checked from the code itself (docs/architecture.md states them in words).
 
-* Layers: cli / deployments → flows → tasks → trainer / evals → envs. A package imports only from its own layer's
-  packages or from lower layers, and the package graph has no cycle (trainer may read ``evals.stats``; evals never
-  imports trainer).
+* Layers: cli / deployments → flows → tasks → trainer → evals → envs. A package imports only from its own layer's
+  packages or from lower layers, and the package graph has no cycle. evals sits below trainer: the trainer teaches the
+  base the eval suites (``evals.mcq``), reports Pass@1 with their statistics (``evals.stats``) and names harnesses by
+  their kind (``evals.spec.HarnessKind``); an eval never needs the trainer (it talks to a served policy).
 * No import cycle between modules, counting imports inside functions (a lazy import is still an arrow).
 * ``envs``, ``trainer`` and ``evals`` never import Prefect: they run in Ray workers, on the cluster, in benchmarks.
 * No function longer than ``MAX_FUNCTION_LINES`` except the data tables listed in ``DATA_TABLES``.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"envs": 0, "trainer": 1, "evals": 1, "tasks": 2, "flows": 3, "cli": 4, "deployments": 4}
+LAYERS = {"envs": 0, "evals": 1, "trainer": 2, "tasks": 3, "flows": 4, "cli": 5, "deployments": 5}
 PREFECT_FREE = ("envs", "trainer", "evals")
 MAX_FUNCTION_LINES = 80
 # Functions that are content, not logic: a literal table of tasks or facts is easier to review whole.

@@ -126,3 +126,18 @@ def test_a_defect_is_an_input_of_its_own_stage_only(tmp_path: Path) -> None:
     assert changed == [StageName.OVERFIT]
     assert stage_defects(defective, StageName.OVERFIT) == [Defect.INVERTED_ADVANTAGES]
     assert stage_defects(defective, StageName.HERO) == []
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "environments"
+
+
+def test_a_teams_environment_is_one_set_away_and_checked_when_the_profile_loads(tmp_path: Path) -> None:
+    config = load_profile("smoke", [f"environment={EXAMPLES / 'git-history'}"])
+    assert config.environment.file == EXAMPLES / "git-history" and config.environment.data == Path("data")
+    assert load_profile("smoke", ["environment.verifiers=ledger-tasks"]).environment.verifiers == "ledger-tasks"
+    broken = tmp_path / "environment.yaml"
+    broken.write_text("name: x\nservers: [{name: git}]\nworlds: [{id: w}]\ntasks: t.jsonl\n")
+    with pytest.raises(ProfileError, match=r"environment: .*give exactly one of command \(stdio\) or url"):
+        load_profile("smoke", [f"environment={broken}"])
+    with pytest.raises(ProfileError, match="environment.file or environment.verifiers, not both"):
+        load_profile("smoke", [f"environment.file={EXAMPLES / 'git-history'}", "environment.verifiers=x"])

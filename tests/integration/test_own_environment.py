@@ -1,9 +1,11 @@
 """A team's own environment through the seven gates on the smoke profile: mcp-server-git (PyPI) on seeded
-repositories, tasks without a single oracle. De-risk lets the servers' start and the probes stand in and says so;
-every stage trains and evaluates on the team's tasks through the real server; the explorer lists its tools. A server
-that is not installed fails de-risk with a finding naming it, and nothing later runs.
+repositories, tasks without a single oracle; and a verifiers environment, graded by its own reward function. De-risk
+lets the servers' start and the probes stand in and says so; every stage trains and evaluates on the team's tasks
+through the real server; the explorer lists its tools. A server that is not installed fails de-risk with a finding
+naming it, and nothing later runs.
 
-The smoke base is taught the environment's probe calls on top of the generated worlds (~1 min on first use).
+The smoke base is taught the environment's probe calls on top of the generated worlds (~1 min on first use); the
+verifiers chain takes ~10 min on 2 cores (each rollout starts its toolset, ~4 s of imports).
 """
 
 from pathlib import Path
@@ -42,6 +44,22 @@ def test_the_git_environment_passes_the_seven_gates_without_an_oracle(prefect_ha
     assert next(c["measured"] for c in tito if c["name"].startswith("rollouts with")) >= 1
     tools = {row["tool"] for row in Explorer(store).tools()["tools"]}
     assert {"git_git_log", "git_git_branch", "git_git_status"} <= tools
+
+
+def test_a_verifiers_environment_passes_the_seven_gates_graded_by_its_own_reward(
+    prefect_harness, environment_data, tmp_path
+):
+    state, store = run(tmp_path / "runs", environment_data, EXAMPLES / "verifiers-ledger")
+    assert state.is_completed(), state.message
+    assert [m.status for m in store.manifests()] == [StageStatus.PASSED] * 7
+    catalog = Catalog(store.catalog_path)
+    assert catalog.count("oracle", "derisk") == 0
+    graded = catalog.query(
+        "SELECT count(*) AS n, sum(reward) AS rewarded FROM trajectories WHERE stage = 'derisk' AND error_class IS NULL"
+    )[0]
+    assert graded["n"] > 0 and graded["rewarded"] > 0  # the ledger's @vf.reward passed some of the base's replies
+    tools = {row["tool"] for row in Explorer(store).tools()["tools"]}
+    assert {"vf_ledger_balance", "vf_ledger_list_accounts"} <= tools
 
 
 def test_a_server_that_is_not_installed_fails_derisk_naming_it(prefect_harness, environment_data, tmp_path):

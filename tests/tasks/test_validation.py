@@ -53,3 +53,16 @@ def test_task_set_suite() -> None:
     with pytest.raises(ValidationFailed) as failure:
         validate(Suite.TASK_SET, pd.DataFrame(tasks))
     assert all(column in str(failure.value) for column in ("'prompt'", "'criteria'", "'split'"))
+
+
+def test_a_rollout_that_failed_before_sampling_passes_the_trajectories_suite(tmp_path) -> None:
+    """Its token lists are empty, and DuckDB sums an empty list to NULL: read as 0 generated tokens, not a mismatch
+    (a TITO stage whose team servers timed out at start once failed validation on it instead of reporting them)."""
+    from tasks.catalog import Catalog
+    from tasks.validation import validate_stage
+
+    catalog = Catalog(tmp_path / "c.duckdb")
+    row = {"stage": "s", "source": "x", "task_id": "a", "reward": 0.0, "stop_reason": "error"}
+    row |= {"error_class": "retryable_infra", "prompt_len": 0, "n_tokens": 0, "n_generated": 0}
+    catalog.append("trajectories", [row | {"id": 1, "tokens": [], "loss_mask": [], "logprobs": []}])
+    assert validate_stage(catalog, Suite.TRAJECTORIES, "s").rows == 1

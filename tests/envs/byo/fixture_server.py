@@ -1,10 +1,12 @@
 """A deliberately broken MCP server for the de-risk tests: a tool that always errors, one that hangs, one that takes
 the server down. The working servers in these tests are real third-party ones (mcp-server-git, -sqlite, filesystem).
 
-    python fixture_server.py
+    python fixture_server.py               # over stdio
+    python fixture_server.py --port 8123   # over streamable HTTP at http://127.0.0.1:8123/mcp
 """
 
 import os
+import sys
 import time
 
 from mcp.server import MCPServer
@@ -38,4 +40,7 @@ def die() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) == 3 and sys.argv[1] == "--port":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), streamable_http_path="/mcp")
+    else:
+        server.run("stdio")

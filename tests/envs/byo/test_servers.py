@@ -130,3 +130,29 @@ def test_a_server_that_cannot_start_is_named(tmp_path: Path, server: dict, messa
     with pytest.raises(ServerStartError, match=message) as caught:
         run(_open(fixture_world(tmp_path, **server)))
     assert caught.value.server == "broken"
+
+
+@pytest.fixture
+def http_server(tmp_path: Path):
+    import socket
+    import subprocess
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([*FIXTURE_SERVER, "--port", str(port)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as attempt:
+            if attempt.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.kill()
+    process.wait(timeout=10)
+
+
+def test_a_loopback_http_server_is_reached_with_the_same_timeouts(tmp_path: Path, http_server: str) -> None:
+    world = fixture_world(tmp_path, command=None, url=http_server)
+    seconds, late, after = run(_hang_then_echo(world))
+    assert late.timed_out and 1.0 <= seconds < 5.0 and after.text == "still here"
