@@ -35,9 +35,7 @@ from envs.errors import RecipeError
 from envs.files import claim_folder, file_lock, replace_dir
 from envs.loaders import load_jsonl, save_jsonl
 from envs.options import DEFAULT_WORLDS_PER_DOMAIN
-from envs.taskgen import generate_tasks
 from envs.types import Split, TaskSpec
-from envs.worlds import generate_worlds, world_ids
 
 BUILD_VERSION = "env-v1"
 """Part of every build's key: bump it when a generator's output changes."""
@@ -107,6 +105,10 @@ def build_environment(
 
 def _generate(folder: Path, seed: int, worlds_per_domain: int) -> EnvironmentManifest:
     started = time.perf_counter()
+    # The generators load here, not with the module: reading a build's manifest (preflight) must stay light.
+    from envs.taskgen import generate_tasks
+    from envs.worlds import generate_worlds, world_ids
+
     facts = generate_worlds(folder / "worlds", seed=seed, world_ids=world_ids(worlds_per_domain))
     tasks = generate_tasks(facts)
     for split in Split:

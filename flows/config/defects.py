@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from flows.config.base import StageName
-from trainer.algorithms.defects import RewardDefect
+from trainer.algorithms.config import RewardDefect
 
 
 class Defect(StrEnum):

