@@ -20,9 +20,22 @@ from flows.placement import ENGINES, PlacementError, cluster_token_file, needs_c
 REACH_TIMEOUT_S = 5.0
 
 
+_PASSED: set[str] = set()
+"""Digests of the configs that passed here: ``recipe run`` checks before it starts Prefect, then the pipeline flow
+(also started from the UI) would check the same config again — a second round trip to the cluster's dashboard."""
+
+
 def preflight(config: RecipeConfig) -> None:
     """Raise ``PlacementError`` with the first reason ``config`` cannot run (module docstring); return quietly when
-    it can. Checks only what it can know in seconds: the profile, this machine's packages, the cluster's dashboard."""
+    it can (at once when this process checked the same config before). Checks only what it can know in seconds: the
+    profile, this machine's packages, the cluster's dashboard."""
+    if config.digest() in _PASSED:
+        return
+    _check(config)
+    _PASSED.add(config.digest())
+
+
+def _check(config: RecipeConfig) -> None:
     _check_data_root(config.environment.data)
     ENGINES[config.backends.engine].check(config)
     if not needs_cluster(config):

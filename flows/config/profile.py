@@ -227,14 +227,27 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str], source: str = "pr
     return result
 
 
+_VALIDATED: dict[str, RecipeConfig] = {}
+"""Configs this process validated, by their canonical JSON. A run's config is read when the command starts, when the
+run opens and when each stage opens; each distinct one is validated once (frozen, so one instance serves them all)."""
+MAX_VALIDATED = 64
+
+
 def validate_config(raw: Any, source: str) -> RecipeConfig:
     """``raw`` as a ``RecipeConfig``; every problem reported at once with its field path (``ProfileError``)."""
     if not isinstance(raw, dict):
         raise ProfileError(f"{source}: a profile is a YAML mapping, got {type(raw).__name__}")
+    key = json.dumps(raw, sort_keys=True, default=str)
+    if (known := _VALIDATED.get(key)) is not None:
+        return known
     try:
-        return RecipeConfig.model_validate(raw)
+        config = RecipeConfig.model_validate(raw)
     except ValidationError as error:
         raise ProfileError(f"{source} is not a valid profile: {_messages(error)}") from None
+    if len(_VALIDATED) >= MAX_VALIDATED:
+        _VALIDATED.clear()
+    _VALIDATED[key] = config
+    return config
 
 
 MAX_EXTENDS = 8

@@ -141,3 +141,17 @@ def test_a_teams_environment_is_one_set_away_and_checked_when_the_profile_loads(
         load_profile("smoke", [f"environment={broken}"])
     with pytest.raises(ProfileError, match="environment.file or environment.verifiers, not both"):
         load_profile("smoke", [f"environment.file={EXAMPLES / 'git-history'}", "environment.verifiers=x"])
+
+
+def test_a_config_is_validated_once_per_process_and_its_errors_every_time() -> None:
+    from flows.config import validate_config
+
+    raw = load_profile("smoke").model_dump(mode="json")
+    first = validate_config(raw, "run.json")
+    assert validate_config(dict(raw), "run.json") is first  # the stage flows read the run's config again: no re-check
+    changed = raw | {"seed": 7}
+    assert validate_config(changed, "run.json").seed == 7
+    with pytest.raises(ProfileError, match="seed"):
+        validate_config(raw | {"seed": -1}, "run.json")
+    with pytest.raises(ProfileError, match="seed"):  # a bad config is never remembered
+        validate_config(raw | {"seed": -1}, "run.json")
