@@ -30,6 +30,7 @@ from envs.byo.verifiers_env import verifiers_environment_file
 from envs.files import atomic_write_json
 from envs.options import BadVariant
 from envs.oracle import with_wrong_oracle
+from envs.types import TaskSpec
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import DeriskMeasured, derisk_gate
@@ -75,7 +76,8 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         if broken := work.unusable_own_environment(oracle):
             # nothing would start or answer: the gate fails on the findings, without a base taught on broken tools
             log("policy and base rollouts skipped: %s", broken)
-            return stage.finish(derisk_gate(_analyse(stage, oracle, 0), section.thresholds, subset_size))
+            measured = _analyse(stage, oracle, 0, _judged(everything))
+            return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
         with stage.timed("policy"):
             bootstrap = source.bootstrap
             if data != generated:
@@ -90,11 +92,15 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             stage.validate(Suite.TRAJECTORIES)
 
         stage.output("policy", policy)
-        measured = _analyse(stage, oracle, len(train))
+        measured = _analyse(stage, oracle, len(train), _judged(everything))
         return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
 
 
-def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> DeriskMeasured:
+def _judged(tasks: list[TaskSpec]) -> int:
+    return sum(any(criterion.kind == "llm_judge" for criterion in task.rubric) for task in tasks)
+
+
+def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judged_tasks: int = 0) -> DeriskMeasured:
     """The catalog's per-tool rates, base rollout errors, reward variance and error signatures: written to the stage
     folder, plotted, recorded as outputs, and returned for the gate."""
     name = stage.stage.value
@@ -131,6 +137,7 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int) -> Deris
         dialect_mismatches=mismatches,
         servers=oracle["servers"],
         known_good_probes=oracle["known_good_probes"],
+        judged_tasks=judged_tasks,
         metrics={
             "oracle_solved": oracle["solved"],
             "oracle_tasks": oracle["tasks"],

@@ -54,6 +54,8 @@ class DeriskMeasured:
     servers: list[dict[str, Any]] = field(default_factory=list)
     """A team's own MCP servers, each started alone on each world (``envs.byo.probes.ServerCheck`` as a dict)."""
     known_good_probes: int = 0
+    judged_tasks: int = 0
+    """Tasks with an ``llm_judge`` criterion (a team's held-out tasks may have them; evals grade them)."""
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,7 +94,13 @@ def _validity_criteria(m: DeriskMeasured, t: DeriskThresholds, oracle_rate: floa
 
 def checks_not_run(m: DeriskMeasured) -> list[str]:
     """What de-risk could not check, and why: a pass means only what ran."""
-    return [f"oracle pass rate: {NO_ORACLE}"] if m.servers and not m.oracle_tasks else []
+    not_run = [f"oracle pass rate: {NO_ORACLE}"] if m.servers and not m.oracle_tasks else []
+    if m.judged_tasks:
+        not_run.append(
+            f"judge sanity: not run ({m.judged_tasks} tasks have llm_judge criteria; de-risk does not re-judge graded "
+            "samples yet — the evals grade them with the profile's judge)"
+        )
+    return not_run
 
 
 def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> GateReport:

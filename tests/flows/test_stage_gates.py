@@ -310,3 +310,22 @@ def test_a_transfer_regression_is_a_finding_naming_the_suite() -> None:
     [finding] = transfer_gate(suites, TransferThresholds(max_regression=0.0), {}).findings
     assert finding.subject == "mcq" and "lost what the base could do" in finding.problem
     assert "Δ -0.400, CI [-0.500, -0.300]" in finding.problem and finding.rate == -0.4
+
+
+def test_derisk_without_oracles_names_what_stood_in_and_what_was_not_checked() -> None:
+    from flows.config import DeriskThresholds
+    from flows.stage_gates import DeriskMeasured, derisk_gate
+
+    servers = [{"world_id": "w1", "server": "git", "tools": 4, "seconds": 0.6, "error": None}]
+    measured = DeriskMeasured(0, 0, 8, 0.0, [], 2, servers=servers, known_good_probes=7, judged_tasks=3)
+    report = derisk_gate(measured, DeriskThresholds(), subset_size=2)
+    names = [c.name for c in report.criteria]
+    assert report.passed and "oracle pass rate" not in names
+    assert names[:2] == ["MCP servers that start and list their tools", "known-good probe calls"]
+    assert [line.split(":")[0] for line in report.not_checked] == ["oracle pass rate", "judge sanity"]
+    assert "3 tasks have llm_judge criteria" in report.not_checked[1]
+    broken = [{**servers[0], "error": "MCP server git: command 'x' not found"}]
+    failed = derisk_gate(DeriskMeasured(0, 0, 0, 0.0, [], 0, servers=broken), DeriskThresholds(), subset_size=2)
+    assert not failed.passed and failed.findings[0].subject == "server git"
+    no_probes = derisk_gate(DeriskMeasured(0, 0, 8, 0.0, [], 2, servers=servers), DeriskThresholds(), subset_size=2)
+    assert not no_probes.passed  # no known-good call ran: the tools were never shown to work

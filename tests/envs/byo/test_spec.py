@@ -98,6 +98,10 @@ def test_a_task_file_loads_with_defaults(tmp_path: Path) -> None:
         ([ROW, ROW | {"split": "heldout"}], "task ids repeat: t1"),
         ([ROW, ROW | {"id": "t2"}], "no heldout task"),
         ([], "no task in the file"),
+        (
+            [ROW | {"rubric": [{"kind": "llm_judge", "criteria": "polite"}]}],
+            "line 1: a train task cannot have an llm_judge",
+        ),
     ],
 )
 def test_a_bad_task_file_names_the_line_and_loads_nothing(tmp_path: Path, rows: list, message: str) -> None:
