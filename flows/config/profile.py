@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from envs.faults import FaultPlan
 from envs.harness.config import HarnessConfig
+from envs.options import ProviderName
 from flows.config.base import (
     MAX_STEPS,
     PROFILE_NAME,
@@ -89,6 +90,12 @@ class RecipeConfig(_Section):
             raise ValueError(
                 "stages.hero.retention.coef > 0 needs our trainer (backends.trainer local or ray_job): "
                 "SkyRL's trainer has no PPO-ptx term"
+            )
+        own = self.environment.file is not None or self.environment.verifiers is not None
+        if own and self.backends.sandbox is not ProviderName.LOCAL:
+            raise ValueError(
+                f"a team's own environment runs in the local sandbox: its servers start from this machine's paths, "
+                f"which a {self.backends.sandbox.value} image does not hold (backends.sandbox: local)"
             )
         stand_in = self.cluster is not None and self.cluster.megatron_stand_in
         if stand_in and self.backends.trainer is not TrainerBackend.RAY_JOB:

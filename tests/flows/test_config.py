@@ -139,6 +139,8 @@ def test_a_teams_environment_is_one_set_away_and_checked_when_the_profile_loads(
     broken.write_text("name: x\nservers: [{name: git}]\nworlds: [{id: w}]\ntasks: t.jsonl\n")
     with pytest.raises(ProfileError, match=r"environment: .*give exactly one of command \(stdio\) or url"):
         load_profile("smoke", [f"environment={broken}"])
+    with pytest.raises(ProfileError, match="runs in the local sandbox"):
+        load_profile("smoke", [f"environment={EXAMPLES / 'git-history'}", "backends.sandbox=docker"])
     with pytest.raises(ProfileError, match="environment.file or environment.verifiers, not both"):
         load_profile("smoke", [f"environment.file={EXAMPLES / 'git-history'}", "environment.verifiers=x"])
 
