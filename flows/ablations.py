@@ -41,8 +41,9 @@ from evals.records import EvalResult
 from evals.types import Metric
 from flows.config import AblationsStage, Defect, StageName
 from flows.mechanisms import ArmSetup, arm_mechanisms, idle_mechanisms
-from flows.stage import DEFAULT_RUNS_ROOT, StageRun, TrainingSetup, open_stage
+from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import ArmResult, ablations_gate, landed_arm
+from flows.stage_work import StageWork, TrainingSetup
 from tasks.artifacts import log, publish_table
 from tasks.plots import estimate_bars
 from tasks.training import loop_config
@@ -58,13 +59,14 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 5 · ablations: the recipe's arms from one base and seed, k-pass held-out evals, paired CIs, a verdict."""
     with open_stage(run, StageName.ABLATIONS, Path(runs_root)) as stage:
         section: AblationsStage = stage.section
-        setup = stage.training_setup()
-        tasks = stage.variance_tasks(setup.train)
+        work = StageWork.of(stage)
+        setup = work.training_setup()
+        tasks = work.inputs.variance_tasks(setup.train)
         evals, activities, losses, errors = {}, {}, {}, {}
         for arm_name in section.arms:
             try:
                 with stage.timed(f"arm_{arm_name}"):
-                    evals[arm_name], activities[arm_name], losses[arm_name] = _run_arm(stage, setup, tasks, arm_name)
+                    evals[arm_name], activities[arm_name], losses[arm_name] = _run_arm(work, setup, tasks, arm_name)
             except Exception as error:  # one arm's failure is a finding of this stage, not the end of the others
                 if no_space(error) is not None:
                     raise  # a full disk is no arm's finding: every later arm would fail alike
@@ -95,13 +97,14 @@ def ablations(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
 
 
 def _run_arm(
-    stage: StageRun, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str
+    work: StageWork, setup: TrainingSetup, tasks: list[TaskSpec], arm_name: str
 ) -> tuple[EvalResult, MechanismActivity | None, tuple[float | None, ...]]:
     """Train one arm from the base on ``tasks`` (those with reward variance), then evaluate it on the held-out set;
     its held-out result, its mechanisms' activity over the training steps and each step's loss."""
+    stage, inputs = work.run, work.inputs
     section: AblationsStage = stage.section
     arm = section.arms[arm_name]
-    if Defect.IGNORED_ARM_CONFIG in stage.defects and arm_name == _first_arm_after_baseline(section):
+    if Defect.IGNORED_ARM_CONFIG in inputs.defects and arm_name == _first_arm_after_baseline(section):
         log("defect %s: arm %s trains with the baseline's settings", Defect.IGNORED_ARM_CONFIG.value, arm_name)
         arm = section.arms[section.baseline]
     rollout = stage.config.rollout
@@ -109,24 +112,24 @@ def _run_arm(
         section.loop,
         task_ids=[t.task_id for t in tasks],
         settings=setup.training_settings(arm.context_nudge, section.harness),
-        trainer=stage.tuned_trainer(arm.algorithm),
+        trainer=inputs.tuned_trainer(arm.algorithm),
         prompts_per_step=section.prompts_per_step,
         samples_per_prompt=section.samples_per_prompt,
         steps=section.steps,
         seed=stage.config.seed,
         checkpoint_every=0,
         max_num_seqs=setup.engine.max_num_seqs,
-        workers=int(stage.knobs()["workers"]),
+        workers=int(inputs.knobs["workers"]),
         max_staleness=rollout.max_staleness,
         runtime=stage.config.backends.runtime,
     )
-    if Defect.CRASHING_ARM in stage.defects and arm_name == _first_arm_after_baseline(section):
+    if Defect.CRASHING_ARM in inputs.defects and arm_name == _first_arm_after_baseline(section):
         log("defect %s: arm %s crashes at its first step", Defect.CRASHING_ARM.value, arm_name)
         loop = loop.model_copy(update={"crash_at_step": 1})
-    trained = stage.train(arm_name, setup.policy, tasks, loop)
+    trained = work.train(arm_name, setup.policy, tasks, loop)
     # Evals run without the nudge: the arm is measured on what its training changed.
     job = setup.eval_job("heldout", arm_name, trained.policy, setup.heldout, section.eval_passes)
-    return stage.evaluate(job), trained.history.activity(), tuple(r.loss for r in trained.history.steps)
+    return work.evaluate(job), trained.history.activity(), tuple(r.loss for r in trained.history.steps)
 
 
 def _same_as_baseline(losses: dict[str, tuple[float | None, ...]], baseline: str) -> set[str]:
@@ -149,7 +152,7 @@ def _first_arm_after_baseline(section: AblationsStage) -> str:
 
 
 def _arm_setups(profile: AlgorithmConfig, section: AblationsStage) -> dict[str, ArmSetup]:
-    """Each arm's whole algorithm (the profile's with the arm's changes, as ``StageRun.tuned_trainer`` builds it)."""
+    """Each arm's whole algorithm (the profile's with the arm's changes, as ``StageInputs.tuned_trainer`` builds it)."""
     return {
         name: ArmSetup(AlgorithmConfig(**profile.model_dump() | arm.algorithm), arm.context_nudge)
         for name, arm in section.arms.items()

@@ -34,7 +34,8 @@ from envs.types import TaskSpec
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import DeriskMeasured, derisk_gate
-from tasks import derisk as work
+from flows.stage_work import StageWork
+from tasks import derisk as derisk_tasks
 from tasks.artifacts import log
 from tasks.context import RolloutJob
 from tasks.environment import prepare_environment, prepare_own_environment, prepare_policy
@@ -72,8 +73,9 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             log("defect %s: the gateways serve %s", Defect.SLOW_TOOL.value, BadVariant.SLOW_CELL_READ.value)
 
         with stage.timed("oracles"):
-            oracle = work.check_environment_task(stage.scope, checked, section.oracle_transport, variants)
-        if broken := work.unusable_own_environment(oracle):
+            scope = StageWork.of(stage).scope  # the build just recorded is where this stage's worlds are
+            oracle = derisk_tasks.check_environment_task(scope, checked, section.oracle_transport, variants)
+        if broken := derisk_tasks.unusable_own_environment(oracle):
             # nothing would start or answer: the gate fails on the findings, without a base taught on broken tools
             log("policy and base rollouts skipped: %s", broken)
             measured = _analyse(stage, oracle, 0, _judged(everything))
@@ -83,15 +85,16 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             if data != generated:
                 bootstrap = bootstrap.model_copy(update={"own_environment": data.resolve()})
             policy = prepare_policy(source.source, generated, bootstrap, source.cache, source.path, source.hub_id)
-        settings = stage.policy_settings(policy)
-        train, _ = stage.task_sets(settings)
+            stage.output("policy", policy)
+        work = StageWork.of(stage)
+        settings = work.inputs.policy_settings()
+        train, _ = work.inputs.task_sets(settings)
         with stage.timed("base_rollouts"):
-            engine = stage.engine_settings(settings.harness.context_budget_tokens, policy)
+            engine = work.engine_settings(settings.harness.context_budget_tokens)
             job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
-            work.base_rollouts(stage.scope, job, config.sandbox.pool_per_world, variants)
+            derisk_tasks.base_rollouts(work.scope, job, config.sandbox.pool_per_world, variants)
             stage.validate(Suite.TRAJECTORIES)
 
-        stage.output("policy", policy)
         measured = _analyse(stage, oracle, len(train), _judged(everything))
         return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
 
@@ -104,11 +107,11 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judged_t
     """The catalog's per-tool rates, base rollout errors, reward variance and error signatures: written to the stage
     folder, plotted, recorded as outputs, and returned for the gate."""
     name = stage.stage.value
-    stats = work.tool_stats(stage.catalog, name)
-    errors = work.rollout_errors(stage.catalog, name)
-    variance = work.reward_variance(stage.catalog, name)
-    signatures = work.error_signatures(stage.catalog, name)
-    mismatches = work.dialect_mismatches(stage.catalog, name)
+    stats = derisk_tasks.tool_stats(stage.catalog, name)
+    errors = derisk_tasks.rollout_errors(stage.catalog, name)
+    variance = derisk_tasks.reward_variance(stage.catalog, name)
+    signatures = derisk_tasks.error_signatures(stage.catalog, name)
+    mismatches = derisk_tasks.dialect_mismatches(stage.catalog, name)
     varied = [row for row in variance if row["spread"] > 0]
     atomic_write_json(stage.dir / "tool_stats.json", [asdict(s) for s in stats])
     atomic_write_json(stage.dir / "reward_variance.json", variance)

@@ -24,6 +24,7 @@ from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import TrainTrend, hero_gate
+from flows.stage_work import StageWork
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves, estimate_bars
 from tasks.training import LoopKind, loop_config
@@ -34,14 +35,15 @@ from tasks.validation import Suite
 def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 6 · hero: the landed config, fully async with checkpoints; held-out Pass@1 must beat the base."""
     with open_stage(run, StageName.HERO, Path(runs_root)) as stage:
-        config, section, setup = stage.config, stage.section, stage.training_setup()
+        work = StageWork.of(stage)
+        config, section, setup, inputs = stage.config, stage.section, work.training_setup(), work.inputs
         landed = stage.upstream(StageName.ABLATIONS).outputs["landed"]
         loop = loop_config(
             LoopKind.ASYNC,
             task_ids=[t.task_id for t in setup.train],
             settings=setup.training_settings(landed["context_nudge"]),
-            trainer=stage.tuned_trainer(landed["algorithm"]).model_copy(
-                update={"retention": stage.retention(section.retention)}
+            trainer=inputs.tuned_trainer(landed["algorithm"]).model_copy(
+                update={"retention": work.retention(section.retention)}
             ),
             prompts_per_step=section.prompts_per_step or config.rollout.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt or config.rollout.samples_per_prompt,
@@ -49,17 +51,17 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             seed=config.seed,
             checkpoint_every=section.checkpoint_every,
             max_num_seqs=setup.engine.max_num_seqs,
-            workers=int(stage.knobs()["workers"]),
+            workers=int(inputs.knobs["workers"]),
             max_staleness=config.rollout.max_staleness,
             runtime=config.backends.runtime,
         )
         with stage.timed("train"):
-            trained = stage.train(f"hero-{landed['arm']}", setup.policy, setup.train, loop)
+            trained = work.train(f"hero-{landed['arm']}", setup.policy, setup.train, loop)
         results = {}
         for label, policy_dir in (("base", setup.policy), ("trained", trained.policy)):
             with stage.timed(f"eval_{label}"):
                 job = setup.eval_job("heldout", label, policy_dir, setup.heldout, section.eval_passes)
-                results[label] = stage.evaluate(job)
+                results[label] = work.evaluate(job)
         stage.validate(Suite.TRAIN_STEPS, Suite.EVAL_RESULTS)
         comparison = paired_comparison(
             results["base"].trial_results(),

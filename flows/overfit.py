@@ -26,6 +26,7 @@ from evals.types import Metric
 from flows.config import StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import OverfitMeasured, TrainTrend, overfit_gate
+from flows.stage_work import StageWork
 from tasks.evaluation import summary_metrics
 from tasks.plots import curves
 from tasks.training import LoopKind, loop_config
@@ -36,7 +37,8 @@ from tasks.validation import Suite
 def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 4 · overfit: the synchronous loop on the tasks with reward variance; the reward must rise, p < 0.01."""
     with open_stage(run, StageName.OVERFIT, Path(runs_root)) as stage:
-        config, section, setup = stage.config, stage.section, stage.training_setup()
+        work = StageWork.of(stage)
+        config, section, setup = stage.config, stage.section, work.training_setup()
         by_id = {t.task_id: t for t in setup.train}
         variance = json.loads(stage.upstream_path(StageName.DERISK, "reward_variance").read_text())
         # Of the tasks whose base rollouts disagreed, those the base solves least often: the most room to overfit.
@@ -44,7 +46,7 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         subset = [by_id[row["task_id"]] for row in varied if row["task_id"] in by_id][: section.subset_size]
 
         def subset_eval(label: str, policy_dir: Path) -> EvalResult:
-            return stage.evaluate(setup.eval_job("subset", label, policy_dir, subset, section.eval_samples))
+            return work.evaluate(setup.eval_job("subset", label, policy_dir, subset, section.eval_samples))
 
         with stage.timed("before"):
             before = subset_eval("base", setup.policy)
@@ -52,7 +54,7 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             LoopKind.SYNC,
             task_ids=[t.task_id for t in subset],
             settings=setup.settings,
-            trainer=stage.tuned_trainer(),
+            trainer=work.inputs.tuned_trainer(),
             prompts_per_step=section.prompts_per_step,
             samples_per_prompt=section.samples_per_prompt,
             steps=section.steps,
@@ -61,7 +63,7 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             max_num_seqs=setup.engine.max_num_seqs,
         )
         with stage.timed("train"):
-            trained = stage.train("overfit", setup.policy, subset, loop)
+            trained = work.train("overfit", setup.policy, subset, loop)
         with stage.timed("after"):
             after = subset_eval("trained", trained.policy)
         stage.validate(Suite.TRAIN_STEPS, Suite.EVAL_RESULTS)

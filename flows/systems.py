@@ -26,6 +26,7 @@ from envs.types import TaskSpec
 from flows.config import Defect, StageName, SystemsStage
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import SystemsMeasured, systems_gate
+from flows.stage_work import StageWork
 from tasks.artifacts import log, publish_table
 from tasks.plots import bar_chart
 from tasks.systems import Knobs, TrialMetrics, one_factor_trials, plan, sweep_trial
@@ -47,19 +48,21 @@ def systems(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 3 · systems: a measured knob sweep, the train–inference mismatch, and the sizing plan."""
     with open_stage(run, StageName.SYSTEMS, Path(runs_root)) as stage:
         config, section = stage.config, stage.section
-        policy, settings = Path(stage.policy()), stage.policy_settings()
-        train_tasks, _ = stage.task_sets(settings)
-        tasks = stage.variance_tasks(train_tasks)
+        work = StageWork.of(stage)
+        inputs = work.inputs
+        policy, settings = Path(inputs.base_policy()), inputs.policy_settings()
+        train_tasks, _ = inputs.task_sets(settings)
+        tasks = inputs.variance_tasks(train_tasks)
         baseline = Knobs(
             config.trainer.token_budget, config.engine.max_num_seqs, config.rollout.workers, config.trainer.layout
         )
         loop = _trial_loop(stage, settings, tasks)
         results = []
         with stage.timed("sweep"):
-            runner = stage.runner()
+            runner = work.runner()
             for index, knobs in enumerate(one_factor_trials(baseline, **section.sweep.model_dump())):
-                job = stage.train_job(f"trial-{index}-{knobs.label()}", policy, tasks, knobs.apply(loop))
-                results.append(sweep_trial(stage.scope, knobs, job, runner))
+                job = work.train_job(f"trial-{index}-{knobs.label()}", policy, tasks, knobs.apply(loop))
+                results.append(sweep_trial(work.scope, knobs, job, runner))
         stage.validate(Suite.TRAIN_STEPS)
         chosen = max(results, key=lambda r: r.tokens_per_s)
         sizing = _sizing(stage, policy, settings, chosen.knobs)

@@ -23,6 +23,7 @@ from prefect import flow
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import tito_gate
+from flows.stage_work import StageWork
 from tasks.context import RolloutJob
 from tasks.tito import tito_rollouts
 from tasks.validation import Suite
@@ -33,17 +34,18 @@ def tito(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 2 · TITO: recorded multi-turn rollouts against the engine's HTTP API; zero misalignments."""
     with open_stage(run, StageName.TITO, Path(runs_root)) as stage:
         section, config = stage.section, stage.config
-        settings = stage.policy_settings()
+        work = StageWork.of(stage)
+        settings = work.inputs.policy_settings()
         settings = settings.model_copy(
             update={"harness": settings.harness.model_copy(update={"max_turns": section.max_turns})}
         )
-        train, _ = stage.task_sets(settings)
+        train, _ = work.inputs.task_sets(settings)
         # the tasks whose oracles take the most calls first (a team's task without one: last)
         chosen = sorted(train, key=lambda t: (-len(t.oracle.steps if t.oracle else ()), t.task_id))[: section.tasks]
         with stage.timed("rollouts"):
-            engine = stage.engine_settings(settings.harness.context_budget_tokens)
-            job = RolloutJob(Path(stage.policy()), chosen, settings, engine, section.samples, config.seed)
-            report = tito_rollouts(stage.scope, job, retokenize=Defect.RETOKENIZING_HARNESS in config.defects)
+            engine = work.engine_settings(settings.harness.context_budget_tokens)
+            job = RolloutJob(Path(work.inputs.base_policy()), chosen, settings, engine, section.samples, config.seed)
+            report = tito_rollouts(work.scope, job, retokenize=Defect.RETOKENIZING_HARNESS in config.defects)
         stage.validate(Suite.TRAJECTORIES)
         gate = tito_gate(
             report.total_misalignments,

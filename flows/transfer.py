@@ -24,6 +24,7 @@ from evals.types import Comparison, Metric
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import transfer_gate
+from flows.stage_work import StageWork
 from tasks.artifacts import log, publish_table
 from tasks.evaluation import EvalJob, mcq
 from tasks.plots import estimate_bars
@@ -40,13 +41,14 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
     """Stage 7 · transfer: base vs trained on code-only tools, terminal tasks and the MCQ suite; no regression."""
     with open_stage(run, StageName.TRANSFER, Path(runs_root)) as stage:
         config, section = stage.config, stage.section
-        policies = {"base": Path(stage.policy()), "trained": stage.upstream_path(StageName.HERO, "policy")}
+        work = StageWork.of(stage)
+        policies = {"base": Path(work.inputs.base_policy()), "trained": stage.upstream_path(StageName.HERO, "policy")}
         if Defect.DAMAGED_POLICY in config.defects:
             policies["trained"] = perturbed_policy(policies["trained"], stage.dir / "damaged-policy", DAMAGE_NOISE)
             log("defect %s: the hero's policy plus %g relative noise", Defect.DAMAGED_POLICY.value, DAMAGE_NOISE)
-        settings = stage.policy_settings()
-        _, heldout = stage.task_sets(settings)
-        engine = stage.tuned_engine(settings.harness.context_budget_tokens)
+        settings = work.inputs.policy_settings()
+        _, heldout = work.inputs.task_sets(settings)
+        engine = work.tuned_engine(settings.harness.context_budget_tokens)
         harness_suites = {
             "code_only": (heldout, HarnessKind.CODE_ONLY, settings, section.passes, section.code_only),
             "terminal": (
@@ -63,7 +65,7 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
                 continue
             with stage.timed(suite):
                 trials[suite] = {
-                    label: stage.evaluate(
+                    label: work.evaluate(
                         EvalJob(suite, label, policy, tasks, harness, passes, suite_settings, engine)
                     ).trial_results()
                     for label, policy in policies.items()
@@ -72,7 +74,7 @@ def transfer(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             mcq_passes = section.mcq_passes or section.passes
             with stage.timed("mcq"):
                 trials["mcq"] = {
-                    label: mcq(stage.scope, label, policy, engine, mcq_passes, config.seed + 1).trial_results()
+                    label: mcq(work.scope, label, policy, engine, mcq_passes, config.seed + 1).trial_results()
                     for label, policy in policies.items()
                 }
         stage.validate(Suite.EVAL_RESULTS)

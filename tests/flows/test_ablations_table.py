@@ -10,8 +10,8 @@ from evals.types import Comparison, ComparisonMethod, Metric, Verdict
 from flows.ablations import _arm_setups, _same_as_baseline, _table
 from flows.config import AblationsStage
 from flows.mechanisms import Idle
-from flows.stage import TrainingSetup
 from flows.stage_gates import ArmResult
+from flows.stage_work import TrainingSetup
 from trainer.algorithms import AlgorithmConfig, MechanismActivity
 
 

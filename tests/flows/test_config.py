@@ -6,7 +6,8 @@ import pytest
 
 from envs.harness.tool_formats import ToolFormatName
 from flows.config import PROFILES_DIR, Defect, ProfileError, StageName, apply_overrides, load_profile
-from flows.stage import stage_defects, stage_fingerprint
+from flows.inputs import stage_defects
+from flows.stage import stage_fingerprint
 from tasks.run_store import RunStore
 
 SHIPPED = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
@@ -141,7 +142,7 @@ def test_a_teams_environment_is_one_set_away_and_checked_when_the_profile_loads(
         load_profile("smoke", [f"environment={broken}"])
     with pytest.raises(ProfileError, match="runs in the local sandbox"):
         load_profile("smoke", [f"environment={EXAMPLES / 'git-history'}", "backends.sandbox=docker"])
-    with pytest.raises(ProfileError, match="environment.file or environment.verifiers, not both"):
+    with pytest.raises(ProfileError, match=r"environment\.file or environment\.verifiers, not both"):
         load_profile("smoke", [f"environment.file={EXAMPLES / 'git-history'}", "environment.verifiers=x"])
 
 
