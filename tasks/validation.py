@@ -50,7 +50,7 @@ class SuiteResult:
 TRAJECTORY_CHECK_SQL = """
     SELECT task_id, reward, stop_reason, error_class, prompt_len, n_tokens, n_generated,
            len(tokens) AS tokens_len, len(loss_mask) AS loss_mask_len, len(logprobs) AS logprobs_len,
-           coalesce(list_sum(loss_mask), 0) AS masked  -- an empty list (a rollout that failed before sampling) sums to NULL
+           coalesce(list_sum(loss_mask), 0) AS masked  -- an empty list (no token sampled) sums to NULL
     FROM trajectories WHERE stage = ?"""
 """The columns the trajectories suite checks, computed in DuckDB (the token lists never leave the catalog)."""
 STAGE_ROWS_SQL: dict[Suite, str] = {

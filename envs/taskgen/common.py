@@ -1,9 +1,11 @@
-"""Shared machinery of the task generators: drafts, ids and splits, oracle steps and rubric helpers.
+"""Shared machinery of the task generators: drafts, ids and splits, rubric helpers, the toy tasks and the shapes of
+standard tasks.
 
 A domain generator (a ``DomainTasks``: the shared toy tasks, then one builder per standard and deliverable task) turns
 a world's ``WorldFacts`` into ``TaskDraft``s (tier, prompt, rubric, oracle, files); ``finalise`` numbers them
 (``<world_id>-<tier>-<nnnn>``) and assigns the split. Oracles only ever answer with values they read from tool outputs
-(``${name}``); the expected values in the rubrics come from the facts.
+(``${name}``, see ``read`` and ``steps``); the expected values in the rubrics come from the facts. The deliverables'
+shapes are in ``deliverables``.
 """
 
 from __future__ import annotations
@@ -14,23 +16,20 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from envs.apps.sheets import format_value
+from envs.taskgen import read
+from envs.taskgen.steps import compute, table_row_change
 from envs.types import (
     AnswerContainsAll,
     AnswerEquals,
     AnswerNumeric,
     Criterion,
-    DocxContains,
-    FileExists,
-    FileUnchanged,
     Oracle,
     OracleStep,
-    PptxContains,
     Split,
     TaskSpec,
     Tier,
@@ -40,8 +39,6 @@ from envs.worlds import CellFact, TextFact, WorldFacts, is_heldout_world
 HELDOUT_SHARE = 0.15
 """Share of the tasks of training worlds that is held out too (chosen by a seeded hash of the task id)."""
 SPLIT_SALT = "rl-recipe-split-v1"
-STDOUT_LINE = r"stdout:\n(.+)"
-"""The first line a ``code_exec.run_python`` script printed."""
 NUMERIC_TOLERANCE = 1e-3
 
 
@@ -112,44 +109,6 @@ def finalise(facts: WorldFacts, drafts: list[TaskDraft]) -> list[TaskSpec]:
     return tasks
 
 
-# --- oracle steps ----------------------------------------------------------------------------------------------------
-
-
-def read_cell(cell: CellFact, save_as: str) -> OracleStep:
-    return OracleStep(
-        tool="sheets.read_cell", args={"path": cell.path, "sheet": cell.sheet, "cell": cell.cell}, save_as=save_as
-    )
-
-
-def read_text_file(path: str, save_as: str) -> OracleStep:
-    return OracleStep(tool="filesystem.read_file", args={"path": path}, save_as=save_as)
-
-
-def run_python(code: str, save_as: str = "result") -> OracleStep:
-    """Run ``code`` (``${name}`` references are substituted first) and save the first line it prints."""
-    return OracleStep(tool="code_exec.run_python", args={"code": code}, save_as=save_as, extract=STDOUT_LINE)
-
-
-def read_document(path: str, save_as: str, pattern: str) -> OracleStep:
-    return OracleStep(tool="docs.read_document", args={"path": path}, save_as=save_as, extract=pattern)
-
-
-def read_message(message_id: str, save_as: str, pattern: str) -> OracleStep:
-    return OracleStep(tool="mail.read_message", args={"message_id": message_id}, save_as=save_as, extract=pattern)
-
-
-def read_event(event_id: str, save_as: str, field_name: str) -> OracleStep:
-    return OracleStep(
-        tool="calendar.read_event", args={"event_id": event_id}, save_as=save_as, extract=rf"^{field_name}: (.+)$"
-    )
-
-
-def write_cell(cell: CellFact, value: float | int | str) -> OracleStep:
-    return OracleStep(
-        tool="sheets.write_cell", args={"path": cell.path, "sheet": cell.sheet, "cell": cell.cell, "value": value}
-    )
-
-
 # --- rubric ----------------------------------------------------------------------------------------------------------
 
 
@@ -198,7 +157,7 @@ def _toy_cell(cell: CellFact) -> TaskDraft:
         prompt=f"What is the value of cell {cell.cell} on sheet {cell.sheet} of {cell.path} ({cell.label}{unit})? "
         "Answer with the value only.",
         rubric=[answer_for(cell.value)],
-        oracle=Oracle(steps=[read_cell(cell, "value")], answer="${value}"),
+        oracle=Oracle(steps=[read.cell(cell, "value")], answer="${value}"),
         input_files=[cell.path],
     )
 
@@ -210,16 +169,7 @@ def _toy_formula(cell: CellFact) -> TaskDraft:
         prompt=f"Which formula is in cell {cell.cell} on sheet {cell.sheet} of {cell.path}? Answer with the formula "
         "only, starting with =.",
         rubric=[AnswerEquals(expected=cell.formula)],
-        oracle=Oracle(
-            steps=[
-                OracleStep(
-                    tool="sheets.read_formula",
-                    args={"path": cell.path, "sheet": cell.sheet, "cell": cell.cell},
-                    save_as="formula",
-                )
-            ],
-            answer="${formula}",
-        ),
+        oracle=Oracle(steps=[read.formula(cell, "formula")], answer="${formula}"),
         input_files=[cell.path],
     )
 
@@ -229,7 +179,7 @@ def _toy_text(text: TextFact) -> TaskDraft:
         tier=Tier.TOY,
         prompt=f"The file {text.source} holds the {text.label}. What is it? Answer with the value only.",
         rubric=[answer_for(_number_or_text(text.value))],
-        oracle=Oracle(steps=[read_text_file(text.source, "value")], answer="${value}"),
+        oracle=Oracle(steps=[read.text_file(text.source, "value")], answer="${value}"),
         input_files=[text.source],
     )
 
@@ -242,130 +192,56 @@ def _number_or_text(value: str) -> float | str:
 
 
 def calendar_days(start: str, end: str) -> int:
-    """Calendar days from ISO date ``start`` to ISO date ``end`` (what ``days_between`` prints)."""
+    """Calendar days from ISO date ``start`` to ISO date ``end`` (what ``steps.days_between`` prints)."""
     return (date.fromisoformat(end) - date.fromisoformat(start)).days
 
 
-def days_between(start: str, end: str) -> OracleStep:
-    """Print the calendar days from saved date ``start`` to saved date ``end`` (ISO dates or date-times)."""
-    return run_python(
-        "from datetime import date\n"
-        f"print((date.fromisoformat('${{{end}}}'[:10]) - date.fromisoformat('${{{start}}}'[:10])).days)"
-    )
+# --- standard tasks: one answer computed from values in two or more places -------------------------------------------
 
 
-def table_row_change(path: str, page: int, row_label: str) -> list[OracleStep]:
-    """Read the first and the last figure of a pdf table row (``| label | a | ... | z |``) and print z − a."""
-    return [
-        OracleStep(tool="pdf.read_tables", args={"path": path, "page": page}, save_as="first",
-                   extract=rf"^\| {row_label} \| ([\d,.]+) \|"),
-        OracleStep(tool="pdf.read_tables", args={"path": path, "page": page}, save_as="last",
-                   extract=rf"^\| {row_label} \|.* \| ([\d,.]+) \|$"),
-        run_python("print(round(float('${last}'.replace(',', '')) - float('${first}'.replace(',', '')), 2))"),
-    ]  # fmt: skip
-
-
-# --- write-up deliverables (a Word document or a slide quoting cells) ------------------------------------------------
-
-
-class WriteUp(StrEnum):
-    DOCUMENT = "document"
-    SLIDE = "slide"
+def standard_task(prompt: str, expected: float | str, steps: list[OracleStep], input_files: list[str]) -> TaskDraft:
+    """A standard task: ``steps`` read the values and end by computing the answer (saved as ``result``, as
+    ``steps.compute`` does); the rubric grades the answer against ``expected``, computed from the facts."""
+    oracle = Oracle(steps=steps, answer="${result}")
+    return TaskDraft(Tier.STANDARD, prompt, [answer_for(expected)], oracle, input_files)
 
 
 @dataclass(frozen=True)
-class _WriteUpKind:
-    tool: str
-    lines_arg: str
-    criterion: type[DocxContains] | type[PptxContains]
-    request: str
+class PercentageTask:
+    """A standard task as data: one cell as a percentage of another of the same workbook. ``prompt`` names files by
+    role (``{register}``); ``part`` and ``whole`` are (the name the oracle saves the value as, the cell's fact key)."""
 
+    prompt: str
+    part: tuple[str, str]
+    whole: tuple[str, str]
 
-WRITE_UPS = {
-    WriteUp.DOCUMENT: _WriteUpKind("docs.create_document", "paragraphs", DocxContains, "Write a Word document {path}"),
-    WriteUp.SLIDE: _WriteUpKind("slides.add_slide", "bullets", PptxContains, "Add a slide to {path}"),
-}
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of a write-up: ``prefix`` + the cell's value as the sheets app shows it + ``suffix``."""
-
-    prefix: str
-    cell: CellFact
-    suffix: str = ""
-
-
-def write_up_task(kind: WriteUp, path: str, title: str, lines: list[Line], guard: str) -> TaskDraft:
-    """A deliverable that quotes cells in a new document or slide, line by line, leaving ``guard`` untouched.
-
-    The rubric checks every full line (not bare numbers, which other text could contain by chance).
-    """
-    spec = WRITE_UPS[kind]
-    sources = sorted({line.cell.path for line in lines})
-    wanted = "; ".join(f"'{line.prefix}<{line.cell.label}>{line.suffix}'" for line in lines)
-    expected = [f"{line.prefix}{shown(line.cell.value)}{line.suffix}" for line in lines]
-    criteria: list[Criterion] = [spec.criterion(path=path, items=[title, *expected]), FileUnchanged(path=guard)]
-    if kind is WriteUp.DOCUMENT:
-        criteria.insert(0, FileExists(path=path))
-    steps = [read_cell(line.cell, f"v{index}") for index, line in enumerate(lines)]
-    written = [f"{line.prefix}${{v{index}}}{line.suffix}" for index, line in enumerate(lines)]
-    steps.append(OracleStep(tool=spec.tool, args={"path": path, "title": title, spec.lines_arg: written}))
-    return TaskDraft(
-        tier=Tier.DELIVERABLE,
-        prompt=f"{spec.request.format(path=path)} titled '{title}' with one line each: {wanted}, taking the values "
-        f"from {' and '.join(sources)} exactly as the sheets show them. Do not modify {guard}.",
-        rubric=criteria,
-        oracle=Oracle(steps=steps, answer=f"Wrote the {kind} '{title}' to {path}: " + "; ".join(written)),
-        input_files=sorted({*sources, path} if kind is WriteUp.SLIDE else sources),
-        expected_outputs=[path],
-    )
-
-
-# --- CSV exports (cells copied into a new file, then summarised) -----------------------------------------------------
-
-
-class Aggregate(StrEnum):
-    SUM = "sum"
-    MEAN = "mean"
-
-
-_AGGREGATE_CODE = {
-    Aggregate.SUM: "print(round({terms}, 2))",
-    Aggregate.MEAN: "print(round(({terms}) / {count}, 4))",
-}
-
-
-@dataclass(frozen=True)
-class CsvExport:
-    """Cells of ``source`` written to ``path``: a ``header`` line, then one ``label,value`` line per row; each row is
-    (label, the name the oracle saves the value as, the cell)."""
-
-    path: str
-    header: str
-    rows: list[tuple[str, str, CellFact]]
-    source: str
-
-
-def export_task(export: CsvExport, prompt: str, aggregate: Aggregate) -> TaskDraft:
-    """A deliverable that exports cells to a CSV file and answers with their sum or mean, leaving the source as is."""
-    values = [float(cell.value) for _, _, cell in export.rows]
-    expected = sum(values) / len(values) if aggregate is Aggregate.MEAN else sum(values)
-    names = [name for _, name, _ in export.rows]
-    content = export.header + "\n" + "".join(f"{label},${{{name}}}\n" for label, name, _ in export.rows)
-    terms = " + ".join(f"${{{name}}}" for name in names)
-    return TaskDraft(
-        Tier.DELIVERABLE,
-        prompt,
-        [FileExists(path=export.path), numeric(expected), FileUnchanged(path=export.source)],
-        Oracle(
-            steps=[
-                *[read_cell(cell, name) for _, name, cell in export.rows],
-                OracleStep(tool="filesystem.write_file", args={"path": export.path, "content": content}),
-                run_python(_AGGREGATE_CODE[aggregate].format(terms=terms, count=len(names))),
+    def __call__(self, facts: WorldFacts) -> TaskDraft:
+        (part_name, part_key), (whole_name, whole_key) = self.part, self.whole
+        part, whole = facts.cells[part_key], facts.cells[whole_key]
+        return standard_task(
+            self.prompt.format(**facts.files),
+            part.value / whole.value * 100,  # type: ignore[operator]
+            [
+                read.cell(part, part_name),
+                read.cell(whole, whole_name),
+                compute(f"${{{part_name}}} / ${{{whole_name}}} * 100", 4),
             ],
-            answer="${result}",
-        ),
-        [export.source],
-        [export.path],
-    )
+            [whole.path],
+        )
+
+
+@dataclass(frozen=True)
+class TableChangeTask:
+    """A standard task as data: how much the row ``row_label`` of the report's table changes from its first to its
+    last column; the cells with fact keys ``first`` and ``last``, which the row was written from, give the expected
+    value. ``prompt`` names files by role (``{report}``)."""
+
+    prompt: str
+    row_label: str
+    first: str
+    last: str
+
+    def __call__(self, facts: WorldFacts) -> TaskDraft:
+        change = facts.cells[self.last].value - facts.cells[self.first].value  # type: ignore[operator]
+        steps = table_row_change(facts.pdf, self.row_label)
+        return standard_task(self.prompt.format(**facts.files), change, steps, [facts.pdf.path])

@@ -22,6 +22,7 @@ from envs.worlds.ib import build as build_ib
 from envs.worlds.law import build as build_law
 from envs.worlds.mc import build as build_mc
 from envs.worlds.render import write_deck, write_document, write_json, write_pdf, write_workbook
+from envs.worlds.sources import is_reference
 
 Builder = Callable[[str, random.Random], WorldContent]
 
@@ -75,11 +76,10 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
     for deck in content.decks:
         write_deck(deck, filesystem)
     write_pdf(content.report.spec, filesystem)
-    for reference in content.references:
-        atomic_write_bytes(filesystem / reference.path, (reference.value + "\n").encode())
+    for text in content.texts.values():
+        if is_reference(text):
+            atomic_write_bytes(filesystem / text.source, (text.value + "\n").encode())
     messages, events, chats = _write_apps_data(content, dest)
-    # The reference files' facts come first: the toy tasks are drawn in this order.
-    texts = {reference.key: reference.fact() for reference in content.references} | content.texts
     return WorldFacts(
         world_id=world_id,
         domain=domain,
@@ -90,7 +90,7 @@ def generate_world(world_id: str, dest: Path, seed: int = 0) -> WorldFacts:
         people=content.people,
         files=content.files,
         cells=content.cells,
-        texts={key: _resolve_source(fact, messages, events, chats) for key, fact in texts.items()},
+        texts={key: _resolve_source(fact, messages, events, chats) for key, fact in content.texts.items()},
         pdf=content.report.facts,
         messages=messages,
         events=events,

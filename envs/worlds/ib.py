@@ -12,29 +12,13 @@ import random
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from envs.worlds.content import (
-    CITIES,
-    CODENAMES,
-    ChatSpec,
-    EventSpec,
-    MailSpec,
-    ReferenceFile,
-    Report,
-    SheetBuilder,
-    WorldContent,
-    at,
-    base_day,
-    company_names,
-    email_domain,
-    excel_round,
-    make_people,
-    money,
-    near_tie,
-    report,
-    title_slide,
-)
-from envs.worlds.facts import CellFact, IbInputs, Person, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
+from envs.worlds.apps import ChatSpec, EventSpec, MailSpec, at
+from envs.worlds.content import base_day, clean, excel_round, money, near_tie
+from envs.worlds.domain import CastSpec, DomainWorld, Story, briefing_deck, draw_cast
+from envs.worlds.facts import CellFact, IbInputs, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec
+from envs.worlds.sheets import SheetBuilder
+from envs.worlds.sources import Report, reference, report, stated
 
 MODEL = "models/operating_model.xlsx"
 COMPS = "models/comps.xlsx"
@@ -44,12 +28,16 @@ REPORT = "reports/target_overview.pdf"
 DECK = "presentations/board_update.pptx"
 YEARS = ["FY2025A", "FY2026E", "FY2027E", "FY2028E", "FY2029E"]
 YEAR_COLUMNS = ["B", "C", "D", "E", "F"]
+CITIES = ["Rotterdam", "Leipzig", "Gdansk", "Lyon", "Porto", "Tampere", "Brno", "Bilbao", "Aarhus", "Turin"]
 SECTORS = ["specialty packaging", "industrial automation", "cold-chain logistics", "water treatment", "medical devices"]
-
-
-def clean(value: float) -> float:
-    """A computed float at the precision the sheets app prints (10 significant digits)."""
-    return float(f"{value:.10g}")
+CAST = CastSpec(
+    companies=9,  # client, target, the target's largest customer and six comparables
+    suffixes=("Holdings", "Group", "Industries", "Partners"),
+    adviser_suffix="Capital",
+    adviser_mail="capital.com",
+    team=("Managing Director", "Vice President", "Associate", "Analyst"),
+    outsiders=(("Client CFO", None), ("Sell-side Banker", "sellside-advisors.com")),
+)
 
 
 @dataclass(frozen=True)
@@ -194,30 +182,18 @@ def _draw_terms(rng: random.Random, codename: str, day0: date) -> Terms:
 
 
 @dataclass(frozen=True)
-class Deal:
-    """Who is on the deal, when, and its numbers: everything the world's files and messages quote.
+class Deal(Story[IbInputs]):
+    """The deal's story: the bank (the adviser) advises the client on buying the target (the counterparty)."""
 
-    ``people``: managing director, vice president, associate, analyst (the bank), the client's CFO, the seller's
-    banker.
-    """
-
-    client: str
-    target: str
-    customer: str
-    bank: str
-    people: list[Person]
-    codename: str
     city: str
     sector: str
-    day0: date
-    inputs: IbInputs
     model: OperatingModel
     multiples: list[float]
     terms: Terms
 
     @property
-    def project(self) -> str:
-        return f"Project {self.codename}"
+    def customer(self) -> str:
+        return self.cast.others[0]
 
     @property
     def ev(self) -> float:
@@ -233,54 +209,14 @@ class Deal:
 
 
 def _draw_deal(rng: random.Random) -> Deal:
-    client, target, customer, *comp_names = company_names(rng, 9, ["Holdings", "Group", "Industries", "Partners"])
-    bank = company_names(rng, 1, ["Capital"])[0]
-    bank_domain, client_domain = email_domain(bank, "capital.com"), email_domain(client, ".com")
-    people = make_people(
-        rng,
-        [
-            ("Managing Director", bank_domain),
-            ("Vice President", bank_domain),
-            ("Associate", bank_domain),
-            ("Analyst", bank_domain),
-            ("Client CFO", client_domain),
-            ("Sell-side Banker", "sellside-advisors.com"),
-        ],
-    )
-    codename = rng.choice(CODENAMES)
+    cast = draw_cast(rng, CAST)
     city, sector = rng.choice(CITIES), rng.choice(SECTORS)
     day0 = base_day(rng)
-    inputs = _sample_inputs(rng, comp_names[:6])
+    inputs = _sample_inputs(rng, cast.others[1:])
     return Deal(
-        client=client, target=target, customer=customer, bank=bank, people=people, codename=codename, city=city,
-        sector=sector, day0=day0, inputs=inputs, model=operating_model(inputs), multiples=comps_multiples(inputs),
-        terms=_draw_terms(rng, codename, day0),
+        cast=cast, day0=day0, inputs=inputs, city=city, sector=sector, model=operating_model(inputs),
+        multiples=comps_multiples(inputs), terms=_draw_terms(rng, cast.codename, day0),
     )  # fmt: skip
-
-
-def build(world_id: str, rng: random.Random) -> WorldContent:
-    deal = _draw_deal(rng)
-    cells: dict[str, CellFact] = {}
-    model_sheets = [_assumptions_sheet(deal, cells), _model_sheet(deal, cells), _valuation_sheet(deal, cells)]
-    workbooks = [WorkbookSpec(MODEL, model_sheets), WorkbookSpec(COMPS, [_comps_sheet(deal, cells)])]
-    return WorldContent(
-        client=deal.client,
-        counterparty=deal.target,
-        project=deal.project,
-        people=deal.people,
-        files={"model": MODEL, "comps": COMPS, "memo": MEMO, "letter": LETTER, "report": REPORT, "deck": DECK},
-        workbooks=workbooks,
-        documents=[_memo(deal), _letter(deal)],
-        decks=[_board_deck(deal)],
-        report=_target_overview(deal),
-        references=_references(deal),
-        mail=_mail(deal),
-        chat=_chat(deal),
-        events=_events(deal),
-        cells=cells,
-        texts=_texts(deal),
-        inputs=deal.inputs,
-    )
 
 
 # --- the operating model and the comps workbook ----------------------------------------------------------------------
@@ -288,8 +224,7 @@ def build(world_id: str, rng: random.Random) -> WorldContent:
 
 def _assumptions_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
     inputs = deal.inputs
-    assumptions = SheetBuilder(MODEL, "Assumptions", cells)
-    assumptions.put("A1", f"{deal.project} — model assumptions", bold=True)
+    assumptions = SheetBuilder(MODEL, "Assumptions", cells, title=f"{deal.project} — model assumptions")
     assumptions.row(2, ["", *YEARS], bold=True)
     assumptions.put("A3", "Base revenue FY2025A (USD m)")
     assumptions.put("B3", inputs.base_revenue, fact="base_revenue", label="base revenue FY2025A", unit="USD m")
@@ -299,21 +234,20 @@ def _assumptions_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
     assumptions.put("A5", "COGS (% of revenue)")
     for column, year, pct in zip(YEAR_COLUMNS, YEARS, inputs.cogs_pct, strict=True):
         assumptions.put(f"{column}5", pct, fact=f"cogs_pct_{year}", label=f"COGS % of revenue {year}", unit="fraction")
-    for row, key, label, value in [
-        (6, "opex_pct", "Opex (% of revenue)", inputs.opex_pct),
-        (7, "tax_rate", "Cash tax rate", inputs.tax_rate),
-        (8, "assumed_multiple", "EV/EBITDA multiple (comps median, rounded)", inputs.multiple),
-        (9, "net_debt", "Net debt at close (USD m)", inputs.net_debt),
-    ]:
-        assumptions.put(f"A{row}", label)
-        assumptions.put(f"B{row}", value, fact=key, label=label)
+    assumptions.inputs(
+        [
+            (6, "opex_pct", "Opex (% of revenue)", inputs.opex_pct),
+            (7, "tax_rate", "Cash tax rate", inputs.tax_rate),
+            (8, "assumed_multiple", "EV/EBITDA multiple (comps median, rounded)", inputs.multiple),
+            (9, "net_debt", "Net debt at close (USD m)", inputs.net_debt),
+        ]
+    )
     return assumptions.spec({"A": 44})
 
 
 def _model_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
     model = deal.model
-    sheet = SheetBuilder(MODEL, "Model", cells)
-    sheet.put("A1", f"{deal.project} — operating model (USD m)", bold=True)
+    sheet = SheetBuilder(MODEL, "Model", cells, title=f"{deal.project} — operating model (USD m)")
     sheet.row(3, ["USD m", *YEARS], bold=True)
     lines = [
         (4, "revenue", "Revenue", model.revenue),
@@ -357,17 +291,16 @@ def _model_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
 
 def _valuation_sheet(deal: Deal, cells: dict[str, CellFact]) -> SheetSpec:
     inputs = deal.inputs
-    valuation = SheetBuilder(MODEL, "Valuation", cells)
-    valuation.put("A1", f"{deal.project} — valuation (USD m)", bold=True)
-    for row, key, label, formula, value in [
-        (3, "valuation_ebitda", "FY2026E EBITDA", "=Model!C9", deal.model.ebitda[1]),
-        (4, "valuation_multiple", "EV/EBITDA multiple", "=Assumptions!B8", inputs.multiple),
-        (5, "enterprise_value", "Enterprise value", "=ROUND(B3*B4,1)", deal.ev),
-        (6, "valuation_net_debt", "Net debt", "=Assumptions!B9", inputs.net_debt),
-        (7, "equity_value", "Equity value", "=B5-B6", deal.equity),
-    ]:
-        valuation.put(f"A{row}", label)
-        valuation.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    valuation = SheetBuilder(MODEL, "Valuation", cells, title=f"{deal.project} — valuation (USD m)")
+    valuation.formulas(
+        [
+            (3, "valuation_ebitda", "FY2026E EBITDA", "=Model!C9", deal.model.ebitda[1]),
+            (4, "valuation_multiple", "EV/EBITDA multiple", "=Assumptions!B8", inputs.multiple),
+            (5, "enterprise_value", "Enterprise value", "=ROUND(B3*B4,1)", deal.ev),
+            (6, "valuation_net_debt", "Net debt", "=Assumptions!B9", inputs.net_debt),
+            (7, "equity_value", "Equity value", "=B5-B6", deal.equity),
+        ]
+    )
     return valuation.spec({"A": 28})
 
 
@@ -402,9 +335,9 @@ def _memo(deal: Deal) -> DocSpec:
         MEMO,
         f"Investment committee memo — {deal.project}",
         [
-            f"To: Investment Committee. From: {md.name}, {deal.bank}. Date: {deal.day0.isoformat()}.",
-            f"We recommend that {deal.client} submit a second-round bid for {deal.target}, a {deal.sector} business "
-            f"headquartered in {deal.city}.",
+            f"To: Investment Committee. From: {md.name}, {deal.adviser}. Date: {deal.day0.isoformat()}.",
+            f"We recommend that {deal.client} submit a second-round bid for {deal.counterparty}, a {deal.sector} "
+            f"business headquartered in {deal.city}.",
             f"Management's case shows FY2026E revenue of USD {model.revenue[1]}m and EBITDA of USD {model.ebitda[1]}m, "
             f"an EBITDA margin of {model.margin[1] * 100:.1f}%.",
             f"Trading comparables imply a median EV/EBITDA multiple of {median_multiple}x. Applying {inputs.multiple}x "
@@ -417,13 +350,13 @@ def _memo(deal: Deal) -> DocSpec:
 
 
 def _letter(deal: Deal) -> DocSpec:
-    terms = deal.terms
+    terms, bank = deal.terms, deal.adviser
     return DocSpec(
         LETTER,
-        f"Engagement letter — {deal.bank} and {deal.client}",
+        f"Engagement letter — {bank} and {deal.client}",
         [
-            f"{deal.client} (the Company) engages {deal.bank} as exclusive financial adviser on {deal.project}, the "
-            f"proposed acquisition of {deal.target}.",
+            f"{deal.client} (the Company) engages {bank} as exclusive financial adviser on {deal.project}, the "
+            f"proposed acquisition of {deal.counterparty}.",
             f"Fees. A success fee equal to {terms.fee_pct}% of the enterprise value of the transaction, subject to a "
             f"minimum fee of USD {terms.min_fee}m, payable on completion.",
             f"Retainer. A monthly retainer of USD {terms.retainer}k, credited against the success fee.",
@@ -433,7 +366,7 @@ def _letter(deal: Deal) -> DocSpec:
 
 
 def _target_overview(deal: Deal) -> Report:
-    target, city, terms, model = deal.target, deal.city, deal.terms, deal.model
+    target, city, terms, model = deal.counterparty, deal.city, deal.terms, deal.model
     wrapped = (
         f"The largest customer of {target}, {deal.customer}, accounted for {terms.largest_share} percent of FY2025 "
         f"revenue under a supply agreement that runs until December 2028."
@@ -442,8 +375,8 @@ def _target_overview(deal: Deal) -> Report:
         REPORT,
         f"{target} — target overview ({deal.project})",
         [
-            f"This overview was prepared by {deal.bank} for {deal.client} from the management presentation and data "
-            "room.",
+            f"This overview was prepared by {deal.adviser} for {deal.client} from the management presentation and "
+            "data room.",
             f"{target} is a {deal.sector} business headquartered in {city} with {terms.sites} production sites.",
         ],
         "Business overview",
@@ -475,73 +408,54 @@ def _target_overview(deal: Deal) -> Report:
 
 def _board_deck(deal: Deal) -> DeckSpec:
     ebitda26, inputs = deal.model.ebitda[1], deal.inputs
-    return DeckSpec(
-        DECK,
-        [
-            title_slide(f"{deal.project} — board update", deal.bank, deal.client, deal.day0),
-            SlideSpec(
-                "Key messages",
-                [
-                    f"{deal.target}: FY2026E revenue USD {deal.model.revenue[1]}m, EBITDA USD {ebitda26}m",
-                    f"Comparable companies trade at a median {deal.comp_median}x EV/EBITDA",
-                    f"Second-round bids are due on {deal.terms.bid_deadline.isoformat()}",
-                ],
-            ),
-            SlideSpec(
-                "Valuation summary",
-                table=[
-                    ["Metric", "Value"],
-                    ["FY2026E EBITDA (USD m)", str(ebitda26)],
-                    ["EV/EBITDA multiple (x)", str(inputs.multiple)],
-                    ["Enterprise value (USD m)", str(deal.ev)],
-                    ["Net debt (USD m)", str(inputs.net_debt)],
-                    ["Equity value (USD m)", str(deal.equity)],
-                ],
-            ),
-            SlideSpec("Next steps", ["Confirm financing structure", "Complete confirmatory due diligence"]),
-        ],
-    )
+    key_messages = [
+        f"{deal.counterparty}: FY2026E revenue USD {deal.model.revenue[1]}m, EBITDA USD {ebitda26}m",
+        f"Comparable companies trade at a median {deal.comp_median}x EV/EBITDA",
+        f"Second-round bids are due on {deal.terms.bid_deadline.isoformat()}",
+    ]
+    valuation = [
+        ["Metric", "Value"],
+        ["FY2026E EBITDA (USD m)", str(ebitda26)],
+        ["EV/EBITDA multiple (x)", str(inputs.multiple)],
+        ["Enterprise value (USD m)", str(deal.ev)],
+        ["Net debt (USD m)", str(inputs.net_debt)],
+        ["Equity value (USD m)", str(deal.equity)],
+    ]
+    return briefing_deck(
+        DECK, deal, "board update", SlideSpec("Key messages", key_messages),
+        SlideSpec("Valuation summary", table=valuation),
+        ["Confirm financing structure", "Complete confirmatory due diligence"],
+    )  # fmt: skip
 
 
 # --- facts stated outside the workbooks: reference files, documents, mail and chat ----------------------------------
 
 
-def _references(deal: Deal) -> list[ReferenceFile]:
-    terms = deal.terms
-    return [
-        ReferenceFile("deal_codename", "deal code name", "reference/deal_codename.txt", deal.project),
-        ReferenceFile("share_price", "target share price (USD)", "reference/target_share_price_usd.txt",
-                      str(terms.share_price)),
-        ReferenceFile("diluted_shares", "target diluted shares (millions)", "reference/target_diluted_shares_m.txt",
-                      str(terms.shares)),
-        ReferenceFile("fx_eur_usd", "EUR/USD rate (USD per EUR)", "reference/fx_eur_usd.txt", str(terms.fx)),
-        ReferenceFile("bid_deadline", "second-round bid deadline", "reference/bid_deadline.txt",
-                      terms.bid_deadline.isoformat()),
-    ]  # fmt: skip
-
-
 def _texts(deal: Deal) -> dict[str, TextFact]:
     terms, model = deal.terms, deal.model
     return {
-        "fee_pct": TextFact(label="success fee (% of EV)", source=LETTER, value=str(terms.fee_pct)),
-        "min_fee": TextFact(label="minimum success fee (USD m)", source=LETTER, value=str(terms.min_fee)),
-        "retainer": TextFact(label="monthly retainer (USD k)", source=LETTER, value=str(terms.retainer)),
-        "memo_revenue": TextFact(label="FY2026E revenue in the memo", source=MEMO, value=str(model.revenue[1])),
-        "memo_ebitda": TextFact(label="FY2026E EBITDA in the memo", source=MEMO, value=str(model.ebitda[1])),
-        "memo_ev": TextFact(label="enterprise value in the memo", source=MEMO, value=str(deal.ev)),
-        "mail_net_debt": TextFact(label="net debt at close (USD m)", source="mail:net_debt",
-                                  value=str(deal.inputs.net_debt)),
-        "control_premium": TextFact(label="control premium (%)", source="chat:premium", value=str(terms.premium)),
-        "data_room_code": TextFact(label="data room access code", source="chat:data_room",
-                                   value=terms.data_room_code),
-        "customer": TextFact(label="largest customer", source=REPORT, value=deal.customer),
-        "target": TextFact(label="target company", source=MEMO, value=deal.target),
-    }  # fmt: skip
+        "deal_codename": reference("deal code name", "deal_codename", deal.project),
+        "share_price": reference("target share price (USD)", "target_share_price_usd", terms.share_price),
+        "diluted_shares": reference("target diluted shares (millions)", "target_diluted_shares_m", terms.shares),
+        "fx_eur_usd": reference("EUR/USD rate (USD per EUR)", "fx_eur_usd", terms.fx),
+        "bid_deadline": reference("second-round bid deadline", "bid_deadline", terms.bid_deadline),
+        "fee_pct": stated("success fee (% of EV)", LETTER, terms.fee_pct),
+        "min_fee": stated("minimum success fee (USD m)", LETTER, terms.min_fee),
+        "retainer": stated("monthly retainer (USD k)", LETTER, terms.retainer),
+        "memo_revenue": stated("FY2026E revenue in the memo", MEMO, model.revenue[1]),
+        "memo_ebitda": stated("FY2026E EBITDA in the memo", MEMO, model.ebitda[1]),
+        "memo_ev": stated("enterprise value in the memo", MEMO, deal.ev),
+        "mail_net_debt": stated("net debt at close (USD m)", "mail:net_debt", deal.inputs.net_debt),
+        "control_premium": stated("control premium (%)", "chat:premium", terms.premium),
+        "data_room_code": stated("data room access code", "chat:data_room", terms.data_room_code),
+        "customer": stated("largest customer", REPORT, deal.customer),
+        "target": stated("target company", MEMO, deal.counterparty),
+    }
 
 
 def _mail(deal: Deal) -> list[MailSpec]:
     md, vp, associate, _, cfo, seller = deal.people
-    project, day0, deadline = deal.project, deal.day0, deal.terms.bid_deadline
+    project, target, day0, deadline = deal.project, deal.counterparty, deal.day0, deal.terms.bid_deadline
     return [
         MailSpec("model", "t01", "inbox", cfo.email, [md.email], at(day0 - timedelta(days=6), 9, 12),
                  f"{project}: updated management case",
@@ -562,8 +476,8 @@ def _mail(deal: Deal) -> list[MailSpec]:
         MailSpec("memo_reply", "t04", "sent", md.email, [associate.email], at(day0 - timedelta(days=2), 7, 55),
                  "RE: IC memo draft", "Looks good. Please add the customer concentration point to the risks."),
         MailSpec("process", "t05", "inbox", seller.email, [md.email], at(day0 - timedelta(days=1), 15, 0),
-                 f"{deal.target}: process letter",
-                 f"Second-round bids for {deal.target} are due by {deadline.isoformat()} at 17:00 CET. "
+                 f"{target}: process letter",
+                 f"Second-round bids for {target} are due by {deadline.isoformat()} at 17:00 CET. "
                  "The target overview is attached.", attachments=[REPORT]),
         MailSpec("letter", "t06", "inbox", cfo.email, [md.email], at(day0 - timedelta(days=1), 16, 45),
                  "Signed engagement letter", "Please find the countersigned engagement letter attached.",
@@ -589,7 +503,7 @@ def _chat(deal: Deal) -> list[ChatSpec]:
 
 def _events(deal: Deal) -> list[EventSpec]:
     md, vp, associate, analyst, cfo, seller = deal.people
-    project, target, day0, deadline = deal.project, deal.target, deal.day0, deal.terms.bid_deadline
+    project, target, day0, deadline = deal.project, deal.counterparty, deal.day0, deal.terms.bid_deadline
     team = [md.email, vp.email, associate.email, analyst.email]
     ic_day = day0 + timedelta(days=3)
     return [
@@ -605,3 +519,17 @@ def _events(deal: Deal) -> list[EventSpec]:
         EventSpec("deadline", "Second-round bid deadline", at(deadline, 17), at(deadline, 17, 30),
                   [md.email, vp.email], "", f"Bids for {target} due."),
     ]  # fmt: skip
+
+
+build = DomainWorld(
+    draw=_draw_deal,
+    files={"model": MODEL, "comps": COMPS, "memo": MEMO, "letter": LETTER, "report": REPORT, "deck": DECK},
+    workbooks={MODEL: (_assumptions_sheet, _model_sheet, _valuation_sheet), COMPS: (_comps_sheet,)},
+    documents=(_memo, _letter),
+    deck=_board_deck,
+    report=_target_overview,
+    texts=_texts,
+    mail=_mail,
+    chat=_chat,
+    events=_events,
+)

@@ -12,28 +12,13 @@ import random
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from envs.worlds.content import (
-    CODENAMES,
-    ChatSpec,
-    EventSpec,
-    MailSpec,
-    ReferenceFile,
-    Report,
-    SheetBuilder,
-    WorldContent,
-    at,
-    base_day,
-    company_names,
-    email_domain,
-    excel_round,
-    make_people,
-    money,
-    near_tie,
-    report,
-    title_slide,
-)
-from envs.worlds.facts import CellFact, LawInputs, Person, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
+from envs.worlds.apps import ChatSpec, EventSpec, MailSpec, at
+from envs.worlds.content import base_day, clean, excel_round, money, near_tie
+from envs.worlds.domain import CastSpec, DomainWorld, Story, briefing_deck, draw_cast
+from envs.worlds.facts import CellFact, LawInputs, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec
+from envs.worlds.sheets import SheetBuilder
+from envs.worlds.sources import Report, reference, report, stated
 
 REGISTER = "registers/contract_register.xlsx"
 BUDGET = "models/matter_budget.xlsx"
@@ -47,6 +32,14 @@ PHASES = ["Due diligence", "SPA negotiation", "Signing and closing", "Regulatory
 CONTRACT_TYPES = ["Master services agreement", "Supply agreement", "Licence", "Lease", "Distribution agreement"]
 STATUSES = ["Active", "Active", "Active", "Expired", "Under review"]
 GOVERNING_LAWS = ["England and Wales", "New York", "Delaware", "the Netherlands", "Ireland"]
+CAST = CastSpec(
+    companies=14,  # client, target and the counterparties of the target's twelve material contracts
+    suffixes=("plc", "Ltd", "GmbH", "B.V.", "Inc."),
+    adviser_suffix="LLP",
+    adviser_mail="law.com",
+    team=("Partner", "Senior Associate", "Associate", "Paralegal"),
+    outsiders=(("Client General Counsel", None), ("Seller's Counsel", "sellercounsel.com")),
+)
 Contract = tuple[str, str, str, float, date, date, str, str]
 """A contract register row: id, counterparty, type, annual value (USD k), start, end, status, change of control."""
 
@@ -69,10 +62,10 @@ def register_summary(inputs: LawInputs) -> RegisterSummary:
     values = [c[3] for c in inputs.contracts]
     coc = [c[3] for c in inputs.contracts if c[7] == "Yes"]
     return RegisterSummary(
-        total_value=float(f"{sum(values):.10g}"),
+        total_value=clean(sum(values)),
         active=sum(1 for c in inputs.contracts if c[6] == "Active"),
         coc_count=len(coc),
-        coc_value=float(f"{sum(coc):.10g}"),
+        coc_value=clean(sum(coc)),
         largest=max(values),
         average=excel_round(sum(values) / len(values), 1),
     )
@@ -96,14 +89,20 @@ def matter_budget(inputs: LawInputs) -> MatterBudget:
     )
 
 
+def contract_id(number: int) -> str:
+    """The register's id of the ``number``-th contract (from 1): C-01, C-02, ..."""
+    return f"C-{number:02d}"
+
+
 def _sample_inputs(rng: random.Random, counterparties: list[str], day0: date) -> LawInputs:
     while True:
         contracts = []
         for number, counterparty in enumerate(counterparties, start=1):
             start = day0 - timedelta(days=rng.randrange(200, 2400))
             contracts.append(
-                (f"C-{number:02d}", counterparty, rng.choice(CONTRACT_TYPES), float(rng.randrange(40, 2500, 5)), start,
-                 start + timedelta(days=365 * rng.randrange(2, 8)), rng.choice(STATUSES), rng.choice(["Yes", "No"]))
+                (contract_id(number), counterparty, rng.choice(CONTRACT_TYPES), float(rng.randrange(40, 2500, 5)),
+                 start, start + timedelta(days=365 * rng.randrange(2, 8)), rng.choice(STATUSES),
+                 rng.choice(["Yes", "No"]))
             )  # fmt: skip
         inputs = LawInputs(
             contracts=contracts,
@@ -169,20 +168,9 @@ def _draw_terms(rng: random.Random, day0: date, budget: MatterBudget) -> Terms:
 
 
 @dataclass(frozen=True)
-class Matter:
-    """Who works on the matter, when, and its numbers: everything the world's files and messages quote.
+class Matter(Story[LawInputs]):
+    """The matter's story: the law firm (the adviser) acts for the client on buying the target (the counterparty)."""
 
-    ``people``: partner, senior associate, associate, paralegal (the firm), the client's general counsel and the
-    sellers' counsel.
-    """
-
-    client: str
-    target: str
-    firm: str
-    people: list[Person]
-    project: str
-    day0: date
-    inputs: LawInputs
     summary: RegisterSummary
     budget: MatterBudget
     terms: Terms
@@ -199,53 +187,14 @@ class Matter:
 
 
 def _draw_matter(rng: random.Random) -> Matter:
-    client, target, *counterparties = company_names(rng, 14, ["plc", "Ltd", "GmbH", "B.V.", "Inc."])
-    firm = company_names(rng, 1, ["LLP"])[0]
-    firm_domain = email_domain(firm, "law.com")
-    people = make_people(
-        rng,
-        [
-            ("Partner", firm_domain),
-            ("Senior Associate", firm_domain),
-            ("Associate", firm_domain),
-            ("Paralegal", firm_domain),
-            ("Client General Counsel", email_domain(client, ".com")),
-            ("Seller's Counsel", "sellercounsel.com"),
-        ],
-    )
-    project = f"Project {rng.choice(CODENAMES)}"
+    cast = draw_cast(rng, CAST)
     day0 = base_day(rng)
-    inputs = _sample_inputs(rng, counterparties, day0)
+    inputs = _sample_inputs(rng, cast.others, day0)
     budget = matter_budget(inputs)
     return Matter(
-        client=client, target=target, firm=firm, people=people, project=project, day0=day0, inputs=inputs,
-        summary=register_summary(inputs), budget=budget, terms=_draw_terms(rng, day0, budget),
+        cast=cast, day0=day0, inputs=inputs, summary=register_summary(inputs), budget=budget,
+        terms=_draw_terms(rng, day0, budget),
     )  # fmt: skip
-
-
-def build(world_id: str, rng: random.Random) -> WorldContent:
-    matter = _draw_matter(rng)
-    cells: dict[str, CellFact] = {}
-    register_sheets = [_contracts_sheet(matter, cells), _register_summary_sheet(matter, cells)]
-    budget_sheets = [_rates_sheet(matter, cells), _budget_sheet(matter, cells)]
-    return WorldContent(
-        client=matter.client,
-        counterparty=matter.target,
-        project=matter.project,
-        people=matter.people,
-        files={"register": REGISTER, "budget": BUDGET, "spa": SPA, "memo": MEMO, "report": REPORT, "deck": DECK},
-        workbooks=[WorkbookSpec(REGISTER, register_sheets), WorkbookSpec(BUDGET, budget_sheets)],
-        documents=[_share_purchase_agreement(matter), _memo(matter)],
-        decks=[_client_deck(matter)],
-        report=_due_diligence_report(matter),
-        references=_references(matter),
-        mail=_mail(matter),
-        chat=_chat(matter),
-        events=_events(matter),
-        cells=cells,
-        texts=_texts(matter),
-        inputs=matter.inputs,
-    )
 
 
 # --- the contract register and the matter budget ---------------------------------------------------------------------
@@ -268,9 +217,8 @@ def _contracts_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
 
 def _register_summary_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
     summary, last = matter.summary, len(matter.inputs.contracts) + 1
-    register = SheetBuilder(REGISTER, "Summary", cells)
-    register.put("A1", f"{matter.project} — contract register summary", bold=True)
-    for row, key, label, formula, value in [
+    register = SheetBuilder(REGISTER, "Summary", cells, title=f"{matter.project} — contract register summary")
+    register.formulas([
         (3, "total_value", "Total annual value (USD k)", f"=SUM(Contracts!D2:D{last})", summary.total_value),
         (4, "active_count", "Active contracts", f'=COUNTIF(Contracts!G2:G{last},"Active")', summary.active),
         (5, "coc_count", "Contracts with change-of-control clauses", f'=COUNTIF(Contracts!H2:H{last},"Yes")',
@@ -280,9 +228,7 @@ def _register_summary_sheet(matter: Matter, cells: dict[str, CellFact]) -> Sheet
         (7, "largest_value", "Largest annual value (USD k)", f"=MAX(Contracts!D2:D{last})", summary.largest),
         (8, "average_value", "Average annual value (USD k)", f"=ROUND(AVERAGE(Contracts!D2:D{last}),1)",
          summary.average),
-    ]:  # fmt: skip
-        register.put(f"A{row}", label)
-        register.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    ])  # fmt: skip
     return register.spec({"A": 48})
 
 
@@ -322,12 +268,12 @@ def _budget_sheet(matter: Matter, cells: dict[str, CellFact]) -> SheetSpec:
 
 
 def _share_purchase_agreement(matter: Matter) -> DocSpec:
-    terms = matter.terms
+    terms, target = matter.terms, matter.counterparty
     return DocSpec(
         SPA,
-        f"Share purchase agreement — {matter.target}",
+        f"Share purchase agreement — {target}",
         [
-            f"This agreement is made between {matter.client} (the Buyer) and the shareholders of {matter.target} (the "
+            f"This agreement is made between {matter.client} (the Buyer) and the shareholders of {target} (the "
             "Sellers).",
             f"1. Purchase price. The purchase price for the shares is USD {terms.price}m, payable in cash at "
             "completion.",
@@ -349,9 +295,9 @@ def _memo(matter: Matter) -> DocSpec:
         MEMO,
         f"Advice memo — {matter.project}",
         [
-            f"To: {counsel.name}, General Counsel, {matter.client}. From: {partner.name}, {matter.firm}. Date: "
+            f"To: {counsel.name}, General Counsel, {matter.client}. From: {partner.name}, {matter.adviser}. Date: "
             f"{matter.day0.isoformat()}.",
-            f"We reviewed {len(contracts)} material contracts of {matter.target} with a total annual value of "
+            f"We reviewed {len(contracts)} material contracts of {matter.counterparty} with a total annual value of "
             f"USD {summary.total_value}k.",
             f"{summary.coc_count} contracts contain change-of-control clauses, with an annual value of "
             f"USD {summary.coc_value}k; counterparty consent should be a condition to completion.",
@@ -363,7 +309,7 @@ def _memo(matter: Matter) -> DocSpec:
 
 
 def _due_diligence_report(matter: Matter) -> Report:
-    target, terms, msa_party = matter.target, matter.terms, matter.msa_party
+    target, terms, msa_party = matter.counterparty, matter.terms, matter.msa_party
     wrapped = (
         f"The agreement with {msa_party} may be terminated by the counterparty on {terms.notice_days} days' written "
         f"notice following a change of control of {target}."
@@ -372,7 +318,7 @@ def _due_diligence_report(matter: Matter) -> Report:
         REPORT,
         f"Legal due diligence report — {target}",
         [
-            f"Prepared by {matter.firm} for {matter.client} in connection with {matter.project}.",
+            f"Prepared by {matter.adviser} for {matter.client} in connection with {matter.project}.",
             f"The review covered {len(matter.inputs.contracts)} material contracts disclosed in the data room.",
         ],
         "Material contracts",
@@ -400,63 +346,44 @@ def _due_diligence_report(matter: Matter) -> Report:
 
 def _client_deck(matter: Matter) -> DeckSpec:
     summary, terms, budget = matter.summary, matter.terms, matter.budget
-    return DeckSpec(
-        DECK,
-        [
-            title_slide(f"{matter.project} — client briefing", matter.firm, matter.client, matter.day0),
-            SlideSpec(
-                "Key findings",
-                [
-                    f"{summary.coc_count} change-of-control contracts (USD {summary.coc_value}k a year)",
-                    f"Purchase price USD {terms.price}m with {terms.escrow_pct}% in escrow",
-                    f"Signing planned for {terms.signing.isoformat()}",
-                ],
-            ),
-            SlideSpec(
-                "Matter budget",
-                table=[
-                    ["Phase", "Cost (USD)"],
-                    *[[p, money(c, 0)] for (p, _), c in zip(matter.inputs.phases, budget.phase_costs, strict=True)],
-                ],
-            ),
-            SlideSpec("Next steps", ["Seek counterparty consents", "Finalise disclosure letter"]),
-        ],
-    )
+    key_findings = [
+        f"{summary.coc_count} change-of-control contracts (USD {summary.coc_value}k a year)",
+        f"Purchase price USD {terms.price}m with {terms.escrow_pct}% in escrow",
+        f"Signing planned for {terms.signing.isoformat()}",
+    ]
+    costs = [[p, money(c, 0)] for (p, _), c in zip(matter.inputs.phases, budget.phase_costs, strict=True)]
+    return briefing_deck(
+        DECK, matter, "client briefing", SlideSpec("Key findings", key_findings),
+        SlideSpec("Matter budget", table=[["Phase", "Cost (USD)"], *costs]),
+        ["Seek counterparty consents", "Finalise disclosure letter"],
+    )  # fmt: skip
 
 
 # --- facts stated outside the workbooks: reference files, documents and mail -----------------------------------------
 
 
-def _references(matter: Matter) -> list[ReferenceFile]:
-    terms = matter.terms
-    return [
-        ReferenceFile("matter_number", "matter number", "reference/matter_number.txt", terms.matter_number),
-        ReferenceFile("governing_law", "governing law", "reference/governing_law.txt", terms.governing_law),
-        ReferenceFile("client_name", "client", "reference/client_name.txt", matter.client),
-        ReferenceFile("signing_date", "signing date", "reference/signing_date.txt", terms.signing.isoformat()),
-    ]
-
-
 def _texts(matter: Matter) -> dict[str, TextFact]:
     terms, summary = matter.terms, matter.summary
     return {
-        "price": TextFact(label="purchase price (USD m)", source=SPA, value=str(terms.price)),
-        "escrow_pct": TextFact(label="escrow (% of price)", source=SPA, value=str(terms.escrow_pct)),
-        "escrow_months": TextFact(label="escrow period (months)", source=SPA, value=str(terms.escrow_months)),
-        "cap_pct": TextFact(label="warranty cap (% of price)", source=SPA, value=str(terms.cap_pct)),
-        "long_stop": TextFact(label="long-stop date", source=SPA, value=terms.long_stop.isoformat()),
-        "memo_total_value": TextFact(label="total annual value in the memo", source=MEMO,
-                                     value=str(summary.total_value)),
-        "memo_coc_value": TextFact(label="change-of-control value in the memo", source=MEMO,
-                                   value=str(summary.coc_value)),
-        "fee_cap": TextFact(label="agreed fee cap (USD)", source="mail:fee_cap", value=str(terms.fee_cap)),
-        "msa_party": TextFact(label="counterparty with the notice clause", source=REPORT, value=matter.msa_party),
-    }  # fmt: skip
+        "matter_number": reference("matter number", "matter_number", terms.matter_number),
+        "governing_law": reference("governing law", "governing_law", terms.governing_law),
+        "client_name": reference("client", "client_name", matter.client),
+        "signing_date": reference("signing date", "signing_date", terms.signing),
+        "price": stated("purchase price (USD m)", SPA, terms.price),
+        "escrow_pct": stated("escrow (% of price)", SPA, terms.escrow_pct),
+        "escrow_months": stated("escrow period (months)", SPA, terms.escrow_months),
+        "cap_pct": stated("warranty cap (% of price)", SPA, terms.cap_pct),
+        "long_stop": stated("long-stop date", SPA, terms.long_stop),
+        "memo_total_value": stated("total annual value in the memo", MEMO, summary.total_value),
+        "memo_coc_value": stated("change-of-control value in the memo", MEMO, summary.coc_value),
+        "fee_cap": stated("agreed fee cap (USD)", "mail:fee_cap", terms.fee_cap),
+        "msa_party": stated("counterparty with the notice clause", REPORT, matter.msa_party),
+    }
 
 
 def _mail(matter: Matter) -> list[MailSpec]:
     partner, senior, associate, paralegal, counsel, seller_counsel = matter.people
-    project, target, day0 = matter.project, matter.target, matter.day0
+    project, target, day0 = matter.project, matter.counterparty, matter.day0
     return [
         MailSpec("instruction", "t01", "inbox", counsel.email, [partner.email], at(day0 - timedelta(days=12), 9, 0),
                  f"{project}: instruction",
@@ -493,7 +420,7 @@ def _chat(matter: Matter) -> list[ChatSpec]:
 
 def _events(matter: Matter) -> list[EventSpec]:
     partner, senior, associate, _, counsel, seller_counsel = matter.people
-    day0, signing, firm = matter.day0, matter.terms.signing, matter.firm
+    day0, signing, firm = matter.day0, matter.terms.signing, matter.adviser
     team = [partner.email, senior.email, associate.email]
     return [
         EventSpec("dd_call", "Due diligence call", at(day0 + timedelta(days=1), 11), at(day0 + timedelta(days=1), 12),
@@ -503,5 +430,19 @@ def _events(matter: Matter) -> list[EventSpec]:
         EventSpec("board", f"{matter.client} board call", at(day0 + timedelta(days=6), 17),
                   at(day0 + timedelta(days=6), 18), [partner.email, counsel.email], "Video call", "Approval to sign."),
         EventSpec("signing", "Signing", at(signing, 15), at(signing, 16), [*team, counsel.email, seller_counsel.email],
-                  f"{firm} offices", f"Signing of the SPA for {matter.target}."),
+                  f"{firm} offices", f"Signing of the SPA for {matter.counterparty}."),
     ]  # fmt: skip
+
+
+build = DomainWorld(
+    draw=_draw_matter,
+    files={"register": REGISTER, "budget": BUDGET, "spa": SPA, "memo": MEMO, "report": REPORT, "deck": DECK},
+    workbooks={REGISTER: (_contracts_sheet, _register_summary_sheet), BUDGET: (_rates_sheet, _budget_sheet)},
+    documents=(_share_purchase_agreement, _memo),
+    deck=_client_deck,
+    report=_due_diligence_report,
+    texts=_texts,
+    mail=_mail,
+    chat=_chat,
+    events=_events,
+)

@@ -12,28 +12,13 @@ import random
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from envs.worlds.content import (
-    CODENAMES,
-    ChatSpec,
-    EventSpec,
-    MailSpec,
-    ReferenceFile,
-    Report,
-    SheetBuilder,
-    WorldContent,
-    at,
-    base_day,
-    company_names,
-    email_domain,
-    excel_round,
-    make_people,
-    money,
-    near_tie,
-    report,
-    title_slide,
-)
-from envs.worlds.facts import CellFact, McInputs, Person, TextFact
-from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec, WorkbookSpec
+from envs.worlds.apps import ChatSpec, EventSpec, MailSpec, at
+from envs.worlds.content import base_day, clean, excel_round, money, near_tie
+from envs.worlds.domain import CastSpec, DomainWorld, Story, briefing_deck, draw_cast
+from envs.worlds.facts import CellFact, McInputs, TextFact
+from envs.worlds.render import DeckSpec, DocSpec, PdfSpec, SheetSpec, SlideSpec
+from envs.worlds.sheets import SheetBuilder
+from envs.worlds.sources import Report, reference, report, stated
 
 SURVEY = "data/customer_survey.xlsx"
 SIZING = "models/market_sizing.xlsx"
@@ -46,10 +31,14 @@ SEGMENTS = ["Value", "Mainstream", "Premium"]
 YEARS = ["2026", "2027E", "2028E", "2029E"]
 YEAR_COLUMNS = ["B", "C", "D", "E"]
 CATEGORIES = ["home fitness equipment", "plant-based foods", "pet care", "premium coffee", "outdoor apparel"]
-
-
-def clean(value: float) -> float:
-    return float(f"{value:.10g}")
+CAST = CastSpec(
+    companies=2,  # client and its main competitor
+    suffixes=("Retail", "Brands", "Foods", "Outfitters"),
+    adviser_suffix="Consulting",
+    adviser_mail="consulting.com",
+    team=("Partner", "Engagement Manager", "Consultant", "Analyst"),
+    outsiders=(("Client COO", None), ("Client Head of Strategy", None)),
+)
 
 
 @dataclass(frozen=True)
@@ -187,74 +176,25 @@ def _draw_terms(rng: random.Random, day0: date) -> Terms:
 
 
 @dataclass(frozen=True)
-class Engagement:
-    """Who works on the engagement, when, and its numbers: everything the world's files and messages quote.
+class Engagement(Story[McInputs]):
+    """The engagement's story: the firm (the adviser) works on a growth strategy for the client, whose main
+    competitor is the counterparty."""
 
-    ``people``: partner, engagement manager, consultant, analyst (the firm), the client's COO and head of strategy.
-    """
-
-    client: str
-    competitor: str
-    firm: str
-    people: list[Person]
-    project: str
     category: str
-    day0: date
-    inputs: McInputs
     summary: SurveySummary
     sizing: MarketSizing
     terms: Terms
 
 
 def _draw_engagement(rng: random.Random) -> Engagement:
-    client, competitor = company_names(rng, 2, ["Retail", "Brands", "Foods", "Outfitters"])
-    firm = company_names(rng, 1, ["Consulting"])[0]
-    firm_domain, client_domain = email_domain(firm, "consulting.com"), email_domain(client, ".com")
-    people = make_people(
-        rng,
-        [
-            ("Partner", firm_domain),
-            ("Engagement Manager", firm_domain),
-            ("Consultant", firm_domain),
-            ("Analyst", firm_domain),
-            ("Client COO", client_domain),
-            ("Client Head of Strategy", client_domain),
-        ],
-    )
-    project = f"Project {rng.choice(CODENAMES)}"
+    cast = draw_cast(rng, CAST)
     category = rng.choice(CATEGORIES)
     day0 = base_day(rng)
     inputs = _sample_inputs(rng)
     return Engagement(
-        client=client, competitor=competitor, firm=firm, people=people, project=project, category=category, day0=day0,
-        inputs=inputs, summary=survey_summary(inputs), sizing=market_sizing(inputs), terms=_draw_terms(rng, day0),
+        cast=cast, day0=day0, inputs=inputs, category=category, summary=survey_summary(inputs),
+        sizing=market_sizing(inputs), terms=_draw_terms(rng, day0),
     )  # fmt: skip
-
-
-def build(world_id: str, rng: random.Random) -> WorldContent:
-    job = _draw_engagement(rng)
-    cells: dict[str, CellFact] = {}
-    survey_sheets = [_responses_sheet(job, cells), _summary_sheet(job, cells)]
-    sizing_sheets = [_inputs_sheet(job, cells), _sizing_sheet(job, cells)]
-    workbooks = [WorkbookSpec(SURVEY, survey_sheets), WorkbookSpec(SIZING, sizing_sheets)]
-    return WorldContent(
-        client=job.client,
-        counterparty=job.competitor,
-        project=job.project,
-        people=job.people,
-        files={"survey": SURVEY, "sizing": SIZING, "memo": MEMO, "sow": SOW, "report": REPORT, "deck": DECK},
-        workbooks=workbooks,
-        documents=[_memo(job), _statement_of_work(job)],
-        decks=[_interim_deck(job)],
-        report=_market_study(job),
-        references=_references(job),
-        mail=_mail(job),
-        chat=_chat(job),
-        events=_events(job),
-        cells=cells,
-        texts=_texts(job),
-        inputs=job.inputs,
-    )
 
 
 # --- the survey and market-sizing workbooks --------------------------------------------------------------------------
@@ -275,9 +215,8 @@ def _responses_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
 
 def _summary_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
     summary, last = job.summary, len(job.inputs.responses) + 1
-    survey = SheetBuilder(SURVEY, "Summary", cells)
-    survey.put("A1", f"{job.project} — customer survey summary", bold=True)
-    for row, key, label, formula, value in [
+    survey = SheetBuilder(SURVEY, "Summary", cells, title=f"{job.project} — customer survey summary")
+    survey.formulas([
         (3, "responses", "Responses", f"=COUNT(Responses!D2:D{last})", summary.responses),
         (4, "avg_satisfaction", "Average satisfaction", f"=ROUND(AVERAGE(Responses!D2:D{last}),2)",
          summary.avg_satisfaction),
@@ -285,9 +224,7 @@ def _summary_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
         (6, "detractors", "Detractors (0-6)", f'=COUNTIF(Responses!E2:E{last},"<=6")', summary.detractors),
         (7, "nps", "Net promoter score", "=ROUND((B5-B6)/B3*100,1)", summary.nps),
         (8, "avg_spend", "Average monthly spend (USD)", f"=ROUND(AVERAGE(Responses!F2:F{last}),2)", summary.avg_spend),
-    ]:  # fmt: skip
-        survey.put(f"A{row}", label)
-        survey.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    ])  # fmt: skip
     survey.row(10, ["Region", "Responses", "Average satisfaction"], bold=True)
     for offset, region in enumerate(REGIONS):
         row = 11 + offset
@@ -308,33 +245,31 @@ def _summary_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
 
 def _inputs_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
     inputs = job.inputs
-    assumptions = SheetBuilder(SIZING, "Inputs", cells)
-    assumptions.put("A1", f"{job.project} — market sizing inputs ({job.category})", bold=True)
-    for row, key, label, value in [
-        (3, "households_m", "Households (millions)", inputs.households_m),
-        (4, "category_share", "Share of households buying the category", inputs.category_share),
-        (5, "annual_spend", "Annual spend per buying household (USD)", inputs.annual_spend),
-        (6, "premium_share", "Premium segment share of spend", inputs.premium_share),
-        (7, "client_share", "Client share of the premium segment", inputs.client_share),
-        (8, "market_growth", "Annual market growth", inputs.market_growth),
-    ]:
-        assumptions.put(f"A{row}", label)
-        assumptions.put(f"B{row}", value, fact=key, label=label)
+    assumptions = SheetBuilder(SIZING, "Inputs", cells, title=f"{job.project} — market sizing inputs ({job.category})")
+    assumptions.inputs(
+        [
+            (3, "households_m", "Households (millions)", inputs.households_m),
+            (4, "category_share", "Share of households buying the category", inputs.category_share),
+            (5, "annual_spend", "Annual spend per buying household (USD)", inputs.annual_spend),
+            (6, "premium_share", "Premium segment share of spend", inputs.premium_share),
+            (7, "client_share", "Client share of the premium segment", inputs.client_share),
+            (8, "market_growth", "Annual market growth", inputs.market_growth),
+        ]
+    )
     return assumptions.spec({"A": 44})
 
 
 def _sizing_sheet(job: Engagement, cells: dict[str, CellFact]) -> SheetSpec:
     sizing = job.sizing
-    model = SheetBuilder(SIZING, "Sizing", cells)
-    model.put("A1", f"{job.project} — market sizing (USD m)", bold=True)
-    for row, key, label, formula, value in [
-        (3, "tam", "Total addressable market (TAM)", "=ROUND(Inputs!B3*Inputs!B4*Inputs!B5,1)", sizing.tam),
-        (4, "sam", "Premium segment (SAM)", "=ROUND(B3*Inputs!B6,1)", sizing.sam),
-        (5, "som", "Client revenue in the premium segment (SOM)", "=ROUND(B4*Inputs!B7,1)", sizing.som),
-        (6, "client_tam_share", "Client share of TAM", "=B5/B3", clean(sizing.som / sizing.tam)),
-    ]:
-        model.put(f"A{row}", label)
-        model.put(f"B{row}", formula, fact=key, label=label, computed=value)
+    model = SheetBuilder(SIZING, "Sizing", cells, title=f"{job.project} — market sizing (USD m)")
+    model.formulas(
+        [
+            (3, "tam", "Total addressable market (TAM)", "=ROUND(Inputs!B3*Inputs!B4*Inputs!B5,1)", sizing.tam),
+            (4, "sam", "Premium segment (SAM)", "=ROUND(B3*Inputs!B6,1)", sizing.sam),
+            (5, "som", "Client revenue in the premium segment (SOM)", "=ROUND(B4*Inputs!B7,1)", sizing.som),
+            (6, "client_tam_share", "Client share of TAM", "=B5/B3", clean(sizing.som / sizing.tam)),
+        ]
+    )
     model.row(8, ["USD m", *YEARS], bold=True)
     model.put("A9", "TAM")
     for index, (column, year) in enumerate(zip(YEAR_COLUMNS, YEARS, strict=True)):
@@ -359,25 +294,25 @@ def _memo(job: Engagement) -> DocSpec:
         MEMO,
         f"Steering committee memo — {job.project}",
         [
-            f"To: {client} steering committee. From: {job.people[0].name}, {job.firm}. Date: {job.day0.isoformat()}.",
+            f"To: {client} steering committee. From: {job.people[0].name}, {job.adviser}. Date: "
+            f"{job.day0.isoformat()}.",
             f"The customer survey ({summary.responses} responses) gives an average satisfaction of "
             f"{summary.avg_satisfaction} out of 10 and a net promoter score of {summary.nps}.",
             f"We size the {job.category} market at USD {sizing.tam}m, of which the premium segment is USD "
             f"{sizing.sam}m. {client}'s premium revenue is USD {sizing.som}m.",
             _region_table(summary),
-            f"Recommendation: prioritise the premium segment, where {job.competitor} is gaining share.",
+            f"Recommendation: prioritise the premium segment, where {job.counterparty} is gaining share.",
         ],
     )
 
 
 def _statement_of_work(job: Engagement) -> DocSpec:
-    terms = job.terms
+    terms, firm = job.terms, job.adviser
     return DocSpec(
         SOW,
-        f"Statement of work — {job.firm} and {job.client}",
+        f"Statement of work — {firm} and {job.client}",
         [
-            f"{job.firm} will support {job.client} on {job.project}: a growth strategy for the {job.category} "
-            "business.",
+            f"{firm} will support {job.client} on {job.project}: a growth strategy for the {job.category} business.",
             f"Fees. A weekly fee of USD {terms.weekly_fee}k for {terms.weeks} weeks.",
             f"Expenses. Travel and other expenses are billed at {terms.expenses}% of fees.",
             "Deliverables. Market sizing, customer research, and a prioritised growth plan.",
@@ -395,7 +330,7 @@ def _market_study(job: Engagement) -> Report:
         REPORT,
         f"The {category} market — market study for {client}",
         [
-            f"This study was prepared by {job.firm} for {client} as part of {job.project}.",
+            f"This study was prepared by {job.adviser} for {client} as part of {job.project}.",
             f"It combines a panel of shoppers, {job.summary.responses} customer interviews and public market data.",
         ],
         "Shopper behaviour",
@@ -407,7 +342,7 @@ def _market_study(job: Engagement) -> Report:
             "Premium shoppers cite product range and staff expertise as the main reasons to stay.",
         ],
         [
-            f"{job.competitor} opened {terms.competitor_stores} stores last year and now advertises heavily in "
+            f"{job.counterparty} opened {terms.competitor_stores} stores last year and now advertises heavily in "
             "regional television and social media campaigns.",
             f"Online penetration of the category reached {terms.online_share} percent of sales, with the "
             "fastest growth among younger households in urban areas.",
@@ -422,52 +357,37 @@ def _market_study(job: Engagement) -> Report:
 
 def _interim_deck(job: Engagement) -> DeckSpec:
     summary = job.summary
-    return DeckSpec(
-        DECK,
-        [
-            title_slide(f"{job.project} — interim findings", job.firm, job.client, job.day0),
-            SlideSpec(
-                "What customers told us",
-                [
-                    f"Average satisfaction {summary.avg_satisfaction} / 10 across {summary.responses} responses",
-                    f"Net promoter score {summary.nps}",
-                    f"Average monthly spend USD {summary.avg_spend}",
-                ],
-            ),
-            SlideSpec("Satisfaction by region", table=_region_table(summary)),
-            SlideSpec("Next steps", ["Validate sizing with the client's finance team", "Prepare the growth plan"]),
-        ],
-    )
+    what_customers_said = [
+        f"Average satisfaction {summary.avg_satisfaction} / 10 across {summary.responses} responses",
+        f"Net promoter score {summary.nps}",
+        f"Average monthly spend USD {summary.avg_spend}",
+    ]
+    return briefing_deck(
+        DECK, job, "interim findings", SlideSpec("What customers told us", what_customers_said),
+        SlideSpec("Satisfaction by region", table=_region_table(summary)),
+        ["Validate sizing with the client's finance team", "Prepare the growth plan"],
+    )  # fmt: skip
 
 
 # --- facts stated outside the workbooks: reference files, documents and chat -----------------------------------------
 
 
-def _references(job: Engagement) -> list[ReferenceFile]:
-    terms = job.terms
-    return [
-        ReferenceFile("engagement_code", "engagement code", "reference/engagement_code.txt", terms.engagement_code),
-        ReferenceFile("store_count", "client store count", "reference/client_store_count.txt",
-                      str(terms.store_count)),
-        ReferenceFile("fieldwork_end", "survey fieldwork end date", "reference/survey_fieldwork_end.txt",
-                      terms.fieldwork_end.isoformat()),
-        ReferenceFile("project_name", "project name", "reference/project_name.txt", job.project),
-    ]  # fmt: skip
-
-
 def _texts(job: Engagement) -> dict[str, TextFact]:
     terms, summary, sizing = job.terms, job.summary, job.sizing
     return {
-        "weekly_fee": TextFact(label="weekly fee (USD k)", source=SOW, value=str(terms.weekly_fee)),
-        "weeks": TextFact(label="engagement length (weeks)", source=SOW, value=str(terms.weeks)),
-        "expenses_pct": TextFact(label="expenses (% of fees)", source=SOW, value=str(terms.expenses)),
-        "memo_nps": TextFact(label="net promoter score in the memo", source=MEMO, value=str(summary.nps)),
-        "memo_tam": TextFact(label="TAM in the memo", source=MEMO, value=str(sizing.tam)),
-        "memo_som": TextFact(label="client premium revenue in the memo", source=MEMO, value=str(sizing.som)),
-        "share_gain": TextFact(label="target premium share gain (percentage points)", source="chat:share_gain",
-                               value=str(terms.share_gain)),
-        "competitor": TextFact(label="main competitor", source=MEMO, value=job.competitor),
-    }  # fmt: skip
+        "engagement_code": reference("engagement code", "engagement_code", terms.engagement_code),
+        "store_count": reference("client store count", "client_store_count", terms.store_count),
+        "fieldwork_end": reference("survey fieldwork end date", "survey_fieldwork_end", terms.fieldwork_end),
+        "project_name": reference("project name", "project_name", job.project),
+        "weekly_fee": stated("weekly fee (USD k)", SOW, terms.weekly_fee),
+        "weeks": stated("engagement length (weeks)", SOW, terms.weeks),
+        "expenses_pct": stated("expenses (% of fees)", SOW, terms.expenses),
+        "memo_nps": stated("net promoter score in the memo", MEMO, summary.nps),
+        "memo_tam": stated("TAM in the memo", MEMO, sizing.tam),
+        "memo_som": stated("client premium revenue in the memo", MEMO, sizing.som),
+        "share_gain": stated("target premium share gain (percentage points)", "chat:share_gain", terms.share_gain),
+        "competitor": stated("main competitor", MEMO, job.counterparty),
+    }
 
 
 def _mail(job: Engagement) -> list[MailSpec]:
@@ -528,3 +448,17 @@ def _events(job: Engagement) -> list[EventSpec]:
         EventSpec("readout", "Final readout", at(day0 + timedelta(days=7 * weeks // 2), 14),
                   at(day0 + timedelta(days=7 * weeks // 2), 15), [partner.email, coo.email], "Board room", ""),
     ]  # fmt: skip
+
+
+build = DomainWorld(
+    draw=_draw_engagement,
+    files={"survey": SURVEY, "sizing": SIZING, "memo": MEMO, "sow": SOW, "report": REPORT, "deck": DECK},
+    workbooks={SURVEY: (_responses_sheet, _summary_sheet), SIZING: (_inputs_sheet, _sizing_sheet)},
+    documents=(_memo, _statement_of_work),
+    deck=_interim_deck,
+    report=_market_study,
+    texts=_texts,
+    mail=_mail,
+    chat=_chat,
+    events=_events,
+)
