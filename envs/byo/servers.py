@@ -191,10 +191,6 @@ class ExternalTools:
     async def list_tools(self) -> list[dict[str, Any]]:
         return self.offered
 
-    def server_of(self, name: str) -> str | None:
-        route = self._routes.get(name)
-        return route.server.name if route else None
-
     async def call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
         exposed = name.replace(".", "_", 1) if "." in name else name  # an oracle step's <server>.<tool>
         route = self._routes.get(exposed)
