@@ -21,7 +21,7 @@ TASK = (
 @pytest.fixture(scope="module", autouse=True)
 def servers_installed() -> None:
     venvs, npm_bin = SERVER_FOLDERS
-    missing = [p for p in (venvs / "git", venvs / "sqlite", npm_bin) if not p.exists()]
+    missing = [p for p in (venvs / "git", venvs / "sqlite", venvs / "verifiers", npm_bin) if not p.exists()]
     if missing:
         pytest.fail(f"third-party MCP servers missing ({', '.join(map(str, missing))}): make install-mcp-servers")
 
