@@ -180,7 +180,7 @@ class OracleStep(_Contract):
     ``extract`` is an optional regex: the saved output is its first group (or whole match) instead of the raw text.
     """
 
-    tool: str = Field(pattern=r"^[a-z_]+\.[a-z_]+$")
+    tool: str = Field(pattern=r"^[a-z][a-z0-9_]*\.[A-Za-z0-9_-]+$")
     args: dict[str, Any] = Field(default_factory=dict)
     save_as: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     extract: str | None = None

@@ -22,6 +22,7 @@ rollout's and its observation is what the server returned. An answer longer than
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from envs.byo.servers import ExternalTools
-from envs.byo.spec import expand, server_set_of
+from envs.byo.spec import WORLD_PLACEHOLDER, expand, server_set_of
 from envs.graders import grade
 from envs.harness.agent import AgentSetup, HarnessConfig, run_agent
 from envs.harness.chat import encode, eos_token_id
@@ -40,7 +41,7 @@ from envs.scratch import scratch_dir
 from envs.types import TaskSpec
 from trainer.traces import ANSWER_THOUGHT, ReplayEngine, TokenizedTrace, tool_call_text, turn_text
 
-PROBE_EXAMPLES_VERSION = "probe-examples-v3"
+PROBE_EXAMPLES_VERSION = "probe-examples-v4"
 """Part of the base's cache key when it is taught a team's probes: bump it when these examples change."""
 ANSWER_MARGIN_TOKENS = 4
 """Room left in the answer turn for what the harness adds after the sampled text."""
@@ -80,6 +81,8 @@ async def _observe_world(tasks: Sequence[TaskSpec], world_root: Path) -> list[Ob
         copy = fork_world(world_root, Path(scratch) / world_root.name)
         async with ExternalTools(servers, copy) as tools:
             for probe in servers.probes.calls:
+                if WORLD_PLACEHOLDER in json.dumps(probe.args):
+                    continue  # a model cannot know its world copy's path: such a probe is de-risk's, not taught
                 tool = probe.offered(servers.servers)
                 outcome = await tools.call(tool, expand(probe.args, copy / "filesystem"))
                 if outcome.is_error:

@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,7 @@ from envs.byo.spec import (
     SERVERS_FILE,
     EnvironmentFile,
     ServerSet,
+    ServerSpec,
     WorldSpec,
     expand,
     load_environment_file,
@@ -47,7 +49,7 @@ from envs.loaders import save_jsonl
 from envs.sandbox.world_copy import copy_tree
 from envs.types import Split
 
-BYO_BUILD_VERSION = "byo-v2"
+BYO_BUILD_VERSION = "byo-v3"
 """Part of every build's key: bump it when a build's layout or what the bridge to verifiers reports changes."""
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SERVER_FOLDERS = (PROJECT_ROOT / ".venv-mcp", PROJECT_ROOT / ".mcp-npm" / "node_modules" / ".bin")
@@ -74,11 +76,15 @@ def resolve_command(command: tuple[str, ...], env_dir: Path) -> tuple[str, ...]:
 
 
 def resolved_servers(spec: EnvironmentFile, env_dir: Path) -> ServerSet:
-    servers = tuple(
-        server.model_copy(update={"command": resolve_command(server.command, env_dir)}) if server.command else server
-        for server in spec.servers
-    )
-    return ServerSet(environment=spec.name, servers=servers, probes=spec.probes)
+    """The file's servers as a world carries them: ``{env_dir}`` replaced, each command's program found."""
+
+    def resolved(server: ServerSpec) -> ServerSpec:
+        update: dict = {"cwd": expand(server.cwd, env_dir=env_dir), "env": expand(server.env, env_dir=env_dir)}
+        if server.command is not None:
+            update["command"] = resolve_command(tuple(expand(list(server.command), env_dir=env_dir)), env_dir)
+        return server.model_copy(update=update)
+
+    return ServerSet(environment=spec.name, servers=tuple(map(resolved, spec.servers)), probes=spec.probes)
 
 
 def _folder_digest(folder: Path) -> str:
@@ -103,7 +109,7 @@ def _make_world(world_spec: WorldSpec, filesystem: Path, env_dir: Path) -> None:
         copy_tree(source, filesystem)
     if world_spec.setup is None:
         return
-    command = [str(part) for part in expand(list(world_spec.setup), filesystem, env_dir)]
+    command = [str(part) for part in expand(list(world_spec.setup), filesystem, env_dir, sys.executable)]
     try:
         done = subprocess.run(
             command, cwd=env_dir, capture_output=True, text=True, timeout=world_spec.setup_timeout_s, check=False

@@ -1,36 +1,40 @@
 """The environment file: a team's own MCP servers, the worlds they work on, and tasks over them (YAML).
 
-Example (``examples/environments/git-history/environment.yaml``)::
+A minimal one (the full example: ``examples/environments/git-history/environment.yaml``)::
 
-    name: git-history
+    name: my-repos                           # lowercase letters, digits and hyphens
     servers:
-      - name: git
-        command: [mcp-server-git]            # on PATH, or installed by make install-mcp-servers
-        tools: [git_status, git_log, git_show]   # the tools the model sees (default: all the server lists)
-        timeout_s: 30                        # per call
-        secrets: {GITHUB_TOKEN: MY_GITHUB_TOKEN} # server variable <- host variable, read when the server starts
+      - name: git                            # lowercase letters and digits (tools are offered as git_<tool>)
+        command: [mcp-server-git]            # on PATH, installed by make install-mcp-servers, or a path from here
+        tools: [git_status, git_log]         # the tools the model sees (default: all the server lists)
+        timeout_s: 20                        # per call (default 30; start_timeout_s too)
+        secrets: {GITHUB_TOKEN: MY_TOKEN}    # server variable <- host variable, read when the server starts
     worlds:
       - id: repo-1
-        setup: [python, make_repo.py, "{world}", --seed, "1"]   # run once, at build time, in the world folder
+        setup: ["{python}", make_repo.py, "{world}"]   # run once at build time, in this file's folder
     tasks: tasks.jsonl
     probes:
-      arguments: {repo_path: "{world}", revision: HEAD}   # fill schema probes' required arguments by name
+      arguments: {repo_path: "."}            # schema probes' arguments, by name
       calls:
-        - {tool: git_log, args: {repo_path: "{world}", max_count: 1}, expect: "commit"}
+        - {tool: git_log, args: {repo_path: ".", max_count: 1}, expect: "Author:"}
 
-``{world}`` stands for the rollout's private copy of the world's ``filesystem/`` folder (in commands, ``cwd``,
-``env`` values and tool arguments); ``{env_dir}`` for the folder of the environment file. A server is a stdio
-``command`` (started per rollout inside the sandbox, on the world copy) or a loopback ``url`` (streamable HTTP, shared;
-per-call timeouts apply the same). Secrets are never written in the file: ``secrets`` names host variables.
+Placeholders: ``{world}`` is a world's ``filesystem/`` folder — the new one in ``setup``, the rollout's private copy in
+a server's ``command``, ``cwd``, ``env`` and in probe arguments; ``{env_dir}`` this file's folder (``setup`` and the
+servers' ``command``, ``cwd`` and ``env``); ``{python}`` rl-recipe's own interpreter (``setup``). Probe calls the
+local base is taught (``trainer.probe_examples``) must not use ``{world}`` — a model cannot know its copy's path —
+so write paths relative to the server's folder (``cwd``, the world copy by default). A server is a stdio ``command``
+(started per rollout inside the sandbox, on the world copy) or a loopback ``url`` (streamable HTTP, shared; per-call
+timeouts apply the same). Secrets are never written in the file: ``secrets`` names host variables.
 
 Task file (JSONL, one task per line)::
 
-    {"id": "latest-subject", "world": "repo-1", "split": "train", "prompt": "What is the latest commit's subject?",
-     "rubric": [{"kind": "answer_contains_all", "substrings": ["Add quarterly report"]}]}
+    {"id": "latest-author-1", "world": "repo-1", "split": "heldout", "prompt": "Who wrote the latest commit?",
+     "rubric": [{"kind": "answer_contains_all", "items": ["Grace Hopper"]}]}
 
-``rubric`` takes the project's criteria (``envs.types.Criterion``: answer checks, file checks, ``llm_judge``);
-``oracle`` is optional (steps name tools as ``<server>.<tool>``). Bad input raises ``EnvironmentFileError`` naming the
-file, the line and the field.
+``split`` defaults to ``train`` (both splits are needed), ``tier`` to ``toy``; ``rubric`` takes the project's criteria
+(``envs.types.Criterion``: ``answer_equals`` ``expected``, ``answer_numeric`` ``expected``, ``answer_contains_all``
+``items``, ``file_exists`` ``path``, …; ``llm_judge`` on held-out tasks only); ``oracle`` is optional (steps name tools
+as ``<server>.<tool>``). Bad input raises ``EnvironmentFileError`` naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ SERVERS_FILE = "mcp_servers.json"
 """In a built world folder (beside ``filesystem/``): the servers the world's tools come from (``ServerSet``)."""
 WORLD_PLACEHOLDER = "{world}"
 ENV_DIR_PLACEHOLDER = "{env_dir}"
+PYTHON_PLACEHOLDER = "{python}"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 OWN_ENVIRONMENT = "environment"
 """The metadata key naming a task's environment file (``TaskSpec.metadata``): a team's own task."""
@@ -125,7 +130,8 @@ class ProbeSpec(_Spec):
 class WorldSpec(_Spec):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     setup: tuple[str, ...] | None = Field(None, min_length=1)
-    """A command run once at build time in the new world folder (``{world}``), e.g. one that makes a repo."""
+    """A command run once at build time in this file's folder, ``{world}`` the new world's folder (e.g. a script that
+    makes a repository there); a world with neither ``setup`` nor ``folder`` starts empty (an HTTP server's, say)."""
     folder: str | None = None
     """Or a folder (relative to the environment file) copied as the world."""
     setup_timeout_s: float = Field(300.0, gt=0, le=86400)
@@ -273,15 +279,22 @@ def load_task_file(path: Path, environment: str, world_ids: set[str]) -> list[Ta
     return tasks
 
 
-def expand(value: Any, world: Path, env_dir: Path | None = None) -> Any:
-    """``value`` with ``{world}`` (and ``{env_dir}``) replaced, in strings, lists and mappings."""
+def expand(value: Any, world: Path | None = None, env_dir: Path | None = None, python: str | None = None) -> Any:
+    """``value`` with the given placeholders replaced (``{world}``, ``{env_dir}``, ``{python}``; the others left as
+    written), in strings, lists and mappings."""
     if isinstance(value, str):
-        value = value.replace(WORLD_PLACEHOLDER, str(world))
-        return value.replace(ENV_DIR_PLACEHOLDER, str(env_dir)) if env_dir is not None else value
+        for placeholder, text in (
+            (WORLD_PLACEHOLDER, world),
+            (ENV_DIR_PLACEHOLDER, env_dir),
+            (PYTHON_PLACEHOLDER, python),
+        ):
+            if text is not None:
+                value = value.replace(placeholder, str(text))
+        return value
     if isinstance(value, list | tuple):
-        return [expand(item, world, env_dir) for item in value]
+        return [expand(item, world, env_dir, python) for item in value]
     if isinstance(value, dict):
-        return {key: expand(item, world, env_dir) for key, item in value.items()}
+        return {key: expand(item, world, env_dir, python) for key, item in value.items()}
     return value
 
 
