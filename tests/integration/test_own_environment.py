@@ -28,6 +28,7 @@ def run(runs: Path, data: Path, file: Path):
     return state, RunStore(folder)
 
 
+@pytest.mark.timeout(900)  # the whole chain, its base taught first: 3-5 min on 2 cores
 def test_the_git_environment_passes_the_seven_gates_without_an_oracle(prefect_harness, environment_data, tmp_path):
     state, store = run(tmp_path / "runs", environment_data, EXAMPLES / "git-history")
     assert state.is_completed(), state.message
@@ -46,6 +47,7 @@ def test_the_git_environment_passes_the_seven_gates_without_an_oracle(prefect_ha
     assert {"git_git_log", "git_git_branch", "git_git_status"} <= tools
 
 
+@pytest.mark.timeout(1800)  # ~10 min on 2 cores: every rollout outside the pool starts its toolset (~4 s of imports)
 def test_a_verifiers_environment_passes_the_seven_gates_graded_by_its_own_reward(
     prefect_harness, environment_data, tmp_path
 ):
