@@ -32,7 +32,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from envs.errors import RecipeError
-from envs.files import claim_folder, file_lock, replace_dir
+from envs.files import claim_folder, file_lock, replace_dir, tree_digest
 from envs.loaders import load_jsonl, save_jsonl
 from envs.options import DEFAULT_WORLDS_PER_DOMAIN
 from envs.types import Split, TaskSpec
@@ -68,11 +68,7 @@ def content_digest(root: Path) -> str:
     Generation is byte-identical per seed, so this is the key for anything derived from an environment (the base
     model's cache); the manifest's timing field is not part of it.
     """
-    digest = hashlib.sha256()
-    for path in sorted(p for folder in ("worlds", "tasks") for p in (root / folder).rglob("*") if p.is_file()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+    return tree_digest(root, (p for folder in ("worlds", "tasks") for p in (root / folder).rglob("*") if p.is_file()))
 
 
 def build_environment(

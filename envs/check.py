@@ -172,10 +172,11 @@ async def _check_stdio(
     from envs.sandbox.local import LocalProvider
     from envs.sandbox.pool import SandboxPool
 
+    own = {world_id: server_set_of(worlds_root / world_id) for world_id in _world_ids(tasks)}  # None: our apps
     servers: list[ServerCheck] = []
-    for world_id in _world_ids(tasks):
-        if server_set_of(worlds_root / world_id) is not None:
-            servers += await check_servers(world_id, worlds_root / world_id)
+    for world_id, server_set in own.items():
+        if server_set is not None:
+            servers += await check_servers(world_id, worlds_root / world_id, server_set)
     broken = {check.world_id for check in servers if check.error}
     world_ids = [world_id for world_id in _world_ids(tasks) if world_id not in broken]  # nothing there would start
     provider = LocalProvider(
@@ -200,10 +201,9 @@ async def _check_stdio(
 
     async def probe(sandbox: Sandbox) -> list[ProbeCall]:
         world_id = sandbox.world_id
-        own = server_set_of(worlds_root / world_id)
-        if own is None:
+        if own[world_id] is None:
             return [ProbeCall(world_id, record) for record in await run_probes(sandbox.client.call)]
-        planned = planned_probes(own, await GatewayToolSession(sandbox.client).list_tools())
+        planned = planned_probes(own[world_id], await GatewayToolSession(sandbox.client).list_tools())
         done = await run_planned(sandbox.client.call, planned, sandbox.world_root / "filesystem")
         return [ProbeCall(world_id, record, known_good) for record, known_good in done]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -131,6 +132,16 @@ def staged_dir(target: Path) -> Iterator[Path]:
         replace_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def tree_digest(root: Path, files: Iterable[Path]) -> str:
+    """sha256 over each file's path relative to ``root`` and the sha256 of its bytes, in path order: equal digests,
+    equal trees (what a content-addressed build is keyed or checked by)."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -21,11 +21,9 @@ from prefect.cache_policies import NO_CACHE
 
 from envs.build import environment_build, load_manifest, load_tasks
 from envs.byo.build import byo_environment_build
-from envs.byo.spec import OWN_ENVIRONMENT
 from envs.errors import RecipeError
 from envs.harness.agent import HarnessConfig
 from envs.harness.policy import PolicyHarness, read_policy_harness
-from envs.oracle import require_oracle
 from envs.types import Split, TaskSpec, Tier
 from tasks.artifacts import log
 from trainer.specs import PolicySource
@@ -93,25 +91,21 @@ def offered_tools(apps: Sequence[str] | None) -> set[str] | None:
 def select_tasks(
     tasks: Sequence[TaskSpec], split: Split, tiers: Sequence[Tier], apps: Sequence[str] | None, policy_apps_only: bool
 ) -> list[TaskSpec]:
-    """Tasks of ``split`` and ``tiers``; with ``policy_apps_only``, only those whose oracle uses ``apps``' tools (a
-    team's own task, served by its own servers, is not the apps': ``envs.byo``)."""
+    """Tasks of ``split`` and ``tiers``; with ``policy_apps_only``, not those whose oracle needs tools beyond ``apps``'
+    (a task without an oracle — a team's own, ``envs.byo`` — names no tools to judge by, so it stays)."""
     offered = offered_tools(apps) if policy_apps_only else None
     chosen = [
         t
         for t in tasks
         if t.split is split
         and t.tier in tiers
-        and (offered is None or OWN_ENVIRONMENT in t.metadata or _oracle_uses(t, offered))
+        and (offered is None or t.oracle is None or {step.tool for step in t.oracle.steps} <= offered)
     ]
     if not chosen:
         raise PolicyError(
             f"no {split.value} task of tiers {[str(t) for t in tiers]} can be solved with the apps {list(apps or [])}"
         )
     return chosen
-
-
-def _oracle_uses(task: TaskSpec, offered: set[str]) -> bool:
-    return task.oracle is not None and {step.tool for step in require_oracle(task).steps} <= offered
 
 
 def task_sets(

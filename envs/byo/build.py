@@ -44,10 +44,10 @@ from envs.byo.spec import (
     load_task_file,
 )
 from envs.byo.verifiers_env import verifiers_content
-from envs.files import atomic_write_text
+from envs.files import atomic_write_text, tree_digest
 from envs.loaders import save_jsonl
 from envs.sandbox.world_copy import copy_tree
-from envs.types import Split
+from envs.types import Split, TaskSpec
 
 BYO_BUILD_VERSION = "byo-v3"
 """Part of every build's key: bump it when a build's layout or what the bridge to verifiers reports changes."""
@@ -87,16 +87,11 @@ def resolved_servers(spec: EnvironmentFile, env_dir: Path) -> ServerSet:
     return ServerSet(environment=spec.name, servers=tuple(map(resolved, spec.servers)), probes=spec.probes)
 
 
-def _folder_digest(folder: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
 def byo_build_key(env_dir: Path, servers: ServerSet, spec: EnvironmentFile) -> str:
-    inputs = f"{BYO_BUILD_VERSION}\0{_folder_digest(env_dir)}\0{servers.model_dump_json()}\0{spec.model_dump_json()}"
+    files = (p for p in env_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    inputs = (
+        f"{BYO_BUILD_VERSION}\0{tree_digest(env_dir, files)}\0{servers.model_dump_json()}\0{spec.model_dump_json()}"
+    )
     return hashlib.sha256(inputs.encode()).hexdigest()[:16]
 
 
@@ -125,7 +120,9 @@ def _make_world(world_spec: WorldSpec, filesystem: Path, env_dir: Path) -> None:
         raise EnvironmentBuildError(f"world {world_spec.id}: setup exited {done.returncode}: {tail}")
 
 
-def _generate(folder: Path, spec: EnvironmentFile, source: Path, servers: ServerSet) -> EnvironmentManifest:
+def _generate(
+    folder: Path, spec: EnvironmentFile, source: Path, servers: ServerSet, file_tasks: list[TaskSpec] | None
+) -> EnvironmentManifest:
     started = time.perf_counter()
     folder = folder.resolve()  # setup commands run in the environment's folder: {world} must not be relative
     env_dir = source.parent
@@ -138,8 +135,8 @@ def _generate(folder: Path, spec: EnvironmentFile, source: Path, servers: Server
             own = servers.model_copy(update={"servers": (server,)})
             atomic_write_text(root / SERVERS_FILE, own.model_dump_json(indent=2))
     else:
-        assert spec.tasks is not None  # the file's validator: servers, worlds and tasks, or verifiers
-        tasks = load_task_file(env_dir / spec.tasks, spec.name, {world.id for world in spec.worlds})
+        assert file_tasks is not None  # the file's validator: servers, worlds and tasks, or verifiers
+        tasks = file_tasks
         for world_spec in spec.worlds:
             root = folder / "worlds" / world_spec.id
             _make_world(world_spec, root / "filesystem", env_dir)
@@ -173,10 +170,13 @@ def byo_environment_build(path: Path, root: Path) -> Path:
     """The build of the environment file ``path`` (or a folder holding ``environment.yaml``) under the data root."""
     source = environment_file_path(path).resolve()
     spec = load_environment_file(source)
-    if spec.tasks is not None:  # validated before taking the lock: a bad line costs one message, not a build
-        load_task_file(source.parent / spec.tasks, spec.name, {world.id for world in spec.worlds})
+    # Read before taking the lock: a bad line costs one message, not a build.
+    tasks = load_task_file(source.parent / spec.tasks, spec.name, {w.id for w in spec.worlds}) if spec.tasks else None
     servers = resolved_servers(spec, source.parent)
     name = f"env-byo-{spec.name}-{byo_build_key(source.parent, servers, spec)}"
     return published_build(
-        root, name, lambda folder: _generate(folder, spec, source, servers), lambda folder: _intact(folder, source)
+        root,
+        name,
+        lambda folder: _generate(folder, spec, source, servers, tasks),
+        lambda folder: _intact(folder, source),
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.byo.servers import ExternalTools, ServerStartError
-from envs.byo.spec import ProbeSpec, ServerSet, expand, server_set_of
+from envs.byo.spec import ProbeSpec, ServerSet, expand
 from envs.harness.tools import ToolOutcome, call_record
 from envs.sandbox.world_copy import fork_world
 from envs.scratch import scratch_dir
@@ -113,10 +113,8 @@ async def run_planned(
     return done
 
 
-async def check_servers(world_id: str, world_root: Path) -> list[ServerCheck]:
-    """Each of the world's servers started alone on a copy of it; a failure's ``error`` says why."""
-    servers = server_set_of(world_root)
-    assert servers is not None  # only asked of worlds with servers
+async def check_servers(world_id: str, world_root: Path, servers: ServerSet) -> list[ServerCheck]:
+    """Each of the world's ``servers`` started alone on a copy of it; a failure's ``error`` says why."""
     checks = []
     for server in servers.servers:
         started = time.perf_counter()

@@ -45,7 +45,7 @@ from envs.apps import ToolError
 from envs.apps.base import check_encodable
 from envs.byo.spec import ServerSet, ServerSpec, expand
 from envs.errors import RecipeError
-from envs.mcp.client import GatewayClient, ToolOutcome, Transport, timeout_text
+from envs.mcp.client import TIMED_OUT_META, GatewayClient, ToolOutcome, Transport, timeout_text
 from envs.mcp.servers import CRASH_EXIT_CODE, LOG_LEVEL, ToolServer, did_you_mean, error_result, raw_tool
 
 logger = logging.getLogger(__name__)
@@ -224,6 +224,8 @@ class ExternalTools:
 
 
 def _result(outcome: ToolOutcome) -> CallToolResult:
+    if outcome.timed_out:  # marked, so the client on the other side of this gateway records a timeout too
+        return error_result(outcome.text).model_copy(update={"meta": {TIMED_OUT_META: True}})
     content = [TextContent(type="text", text=outcome.text)] if outcome.text else []
     return error_result(outcome.text) if outcome.is_error else CallToolResult(content=content)
 

@@ -57,8 +57,8 @@ WORLD_PLACEHOLDER = "{world}"
 ENV_DIR_PLACEHOLDER = "{env_dir}"
 PYTHON_PLACEHOLDER = "{python}"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-OWN_ENVIRONMENT = "environment"
-"""The metadata key naming a task's environment file (``TaskSpec.metadata``): a team's own task."""
+OWN_ENVIRONMENT = "team_environment"
+"""The metadata key naming a team's task's environment (``TaskSpec.metadata``; Harbor tasks use ``environment``)."""
 
 
 class EnvironmentFileError(RecipeError, ValueError):

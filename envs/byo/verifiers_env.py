@@ -58,14 +58,16 @@ def _python(spec: VerifiersSpec, env_dir: Path) -> str:
     return str(python)
 
 
-def _bridge(spec: VerifiersSpec, env_dir: Path, command: str, *extra: str) -> list[str]:
-    path = ["--path", str((env_dir / spec.path).resolve())] if spec.path else []
-    return [_python(spec, env_dir), str(BRIDGE), command, "--env", spec.id, *path, *extra]
+def bridge_command(python: str, env_id: str, path: str | None, command: str, *extra: str) -> list[str]:
+    """``verifiers_bridge.py command`` for the environment ``env_id`` (its module in ``path``, when given)."""
+    return [python, str(BRIDGE), command, "--env", env_id, *(["--path", path] if path else []), *extra]
 
 
 def verifiers_content(name: str, spec: VerifiersSpec, env_dir: Path) -> VerifiersContent:
     """The environment's tasks (as ``TaskSpec``) and each task's world server, from the verifiers side."""
-    command = _bridge(spec, env_dir, "tasks")
+    python = _python(spec, env_dir)
+    path = str((env_dir / spec.path).resolve()) if spec.path else None
+    command = bridge_command(python, spec.id, path, "tasks")
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=spec.timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -75,15 +77,12 @@ def verifiers_content(name: str, spec: VerifiersSpec, env_dir: Path) -> Verifier
     rows = json.loads(done.stdout)["tasks"]
     if len(rows) < 2:
         raise VerifiersError(f"verifiers {spec.id}: {len(rows)} task(s); the chain needs a train and a held-out one")
-    path = str((env_dir / spec.path).resolve()) if spec.path else None
     tasks, servers = [], {}
     worlds: dict[str, str] = {}  # tools key -> world
     for row in rows:
         index = row["index"]
         world = worlds.setdefault(row["tools"], f"tools-{len(worlds) + 1}")
-        reward = VerifiersReward(
-            environment=spec.id, task=index, python=_python(spec, env_dir), path=path, timeout_s=spec.timeout_s
-        )
+        reward = VerifiersReward(environment=spec.id, task=index, python=python, path=path, timeout_s=spec.timeout_s)
         prompt = f"{row['system_prompt']}\n\n{row['prompt']}" if row["system_prompt"] else row["prompt"]
         split = Split.HELDOUT if index % spec.heldout_every == spec.heldout_every - 1 else Split.TRAIN
         tasks.append(
@@ -100,7 +99,7 @@ def verifiers_content(name: str, spec: VerifiersSpec, env_dir: Path) -> Verifier
         )
         if world in servers:  # the same tools as an earlier task's: its world
             continue
-        serve = _bridge(spec, env_dir, "serve-tools", "--task", str(index))
+        serve = bridge_command(python, spec.id, path, "serve-tools", "--task", str(index))
         servers[world] = VERIFIERS_SERVER.model_copy(
             update={"command": tuple(serve), "timeout_s": spec.timeout_s, "start_timeout_s": spec.timeout_s}
         )
@@ -167,8 +166,7 @@ def _close_scorers() -> None:
 
 def verifiers_reward(criterion: VerifiersReward, prompt: str, answer: str | None) -> float:
     """The task's verifiers reward for a rollout that asked ``prompt`` and replied ``answer``."""
-    path = ["--path", criterion.path] if criterion.path else []
-    command = [criterion.python, str(BRIDGE), "score", "--env", criterion.environment, *path]
+    command = bridge_command(criterion.python, criterion.environment, criterion.path, "score")
     with _SCORERS_LOCK:
         scorer = _SCORERS.setdefault(tuple(command), _Scorer(command))
     messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer or ""}]

@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -45,12 +44,13 @@ from envs.mcp.variants import BadVariant
 
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 30.0
-_TIMEOUT_TEXT = re.compile(r": no answer within the \S+ s call timeout$")
+TIMED_OUT_META = "rl-recipe/timed_out"
+"""Set in a result's ``_meta`` by a gateway that proxies other servers when one of them did not answer in time:
+``GatewayClient.call`` reads it back as ``timed_out`` (``envs.byo.servers``)."""
 
 
 def timeout_text(name: str, timeout_s: float) -> str:
-    """What a call that got no answer in time reads as, here and from a gateway that proxies other servers (which
-    ``GatewayClient.call`` reads back as ``timed_out``)."""
+    """What a call that got no answer in time reads as."""
     return f"{name}: no answer within the {timeout_s:g} s call timeout"
 
 
@@ -196,6 +196,6 @@ class GatewayClient:
                 block.text if isinstance(block, TextContent) else f"[{block.type} content]" for block in result.content
             )
         )
-        timed_out = result.is_error and _TIMEOUT_TEXT.search(text) is not None  # a proxied server's timeout
+        timed_out = result.is_error and bool((result.meta or {}).get(TIMED_OUT_META))  # a proxied server's timeout
         empty = not result.is_error and not text.strip()
         return ToolOutcome(text, result.is_error, latency_s, returned_empty=empty, timed_out=timed_out)

@@ -36,7 +36,7 @@ def test_the_shipped_examples_load(tmp_path: Path) -> None:
         tasks = load_task_file(EXAMPLES / name / spec.tasks, spec.name, {w.id for w in spec.worlds})
         assert {task.split for task in tasks} == {Split.TRAIN, Split.HELDOUT}
         assert all(task.oracle is None and task.domain is Domain.GENERAL for task in tasks)
-        assert all(task.metadata["environment"] == spec.name for task in tasks)
+        assert all(task.metadata["team_environment"] == spec.name for task in tasks)
 
 
 def test_a_folder_names_its_environment_yaml(tmp_path: Path) -> None:
