@@ -3,7 +3,8 @@ tasks' environments need (a sandbox pool goes on the eval's exit stack) and retu
 
 Only the MCP harness serves the policy's apps (through the stdio gateway in pooled sandboxes, or in-process:
 ``McpBackend``); the code-only and terminal harnesses have tools of their own. The MCP and code-only harnesses grade
-``llm_judge`` criteria with the spec's judge (one ``LlmJudgeClient`` for the eval, closed with it); terminal tasks are
+``llm_judge`` criteria with the spec's judge (one ``LlmJudgeClient`` for the eval, closed with it; audited on its first
+graded samples when the spec asks, ``envs.judge_audit``, the audit written beside the trials); terminal tasks are
 graded by their verifiers.
 """
 
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from envs.files import atomic_write_text
 from envs.graders import Judge
 from envs.harness.agent import EnvsForTask
 from envs.types import TaskSpec
@@ -46,7 +48,18 @@ def _judge(spec: EvalSpec, stack: contextlib.AsyncExitStack) -> Judge | None:
 
     client = LlmJudgeClient(spec.judge.config())
     stack.callback(client.close)
-    return client
+    if not spec.judge.audit_samples:
+        return client
+    from envs.judge_audit import JUDGE_AUDIT_FILE, AuditedJudge
+
+    audited = AuditedJudge(client, spec.judge.model, spec.judge.audit_samples, spec.judge.audit_repeats)
+
+    def write_audit() -> None:
+        if audited.audit.samples:  # a resumed eval that judged nothing keeps the audit its first run wrote
+            atomic_write_text(spec.out_dir / JUDGE_AUDIT_FILE, audited.audit.model_dump_json(indent=1))
+
+    stack.callback(write_audit)
+    return audited
 
 
 async def _mcp_gateway(

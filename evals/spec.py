@@ -50,6 +50,10 @@ SEEDING = "per-task-pass"
 trials sampled under another scheme."""
 
 
+AUDIT_FIELDS = {"audit_samples", "audit_repeats"}
+"""How a judge is audited, not what it grades: no part of an eval's identity or of the judge client's settings."""
+
+
 class JudgeSpec(_Spec):
     """The OpenAI-compatible judge of ``llm_judge`` criteria. Its keys come from the environment variable
     ``api_key_env`` (none: requests carry no key, as a local judge needs), never from the spec."""
@@ -58,10 +62,14 @@ class JudgeSpec(_Spec):
     model: str = Field(min_length=1)
     api_key_env: str | None = None
     max_concurrency: int = Field(8, ge=1)
+    audit_samples: int = Field(
+        0, ge=0, description="graded samples to re-judge and to judge with an empty answer (envs.judge_audit)"
+    )
+    audit_repeats: int = Field(2, ge=1, description="re-judgements of each audited sample")
 
     def config(self) -> JudgeConfig:
         """The judge client's settings: these fields, the rest ``JudgeConfig``'s defaults (no keys in the spec)."""
-        return JudgeConfig(**self.model_dump())
+        return JudgeConfig(**self.model_dump(exclude=AUDIT_FIELDS))
 
 
 class HarnessOverrides(_Spec):
@@ -109,7 +117,7 @@ class EvalSpec(_Spec):
         trials run at once; likewise for the judge, only its model counts."""
         exclude: dict[str, Any] = {"out_dir": True, "concurrency": True, "engine": {"base_url", "timeout_s"}}
         # Without a judge (or a tier filter) the key is left out, so folders written before either existed still resume.
-        exclude["judge"] = True if self.judge is None else {"base_url", "api_key_env", "max_concurrency"}
+        exclude["judge"] = True if self.judge is None else {"base_url", "api_key_env", "max_concurrency", *AUDIT_FIELDS}
         if not self.tasks.tiers:
             exclude["tasks"] = {"tiers"}
         return self.model_dump(mode="json", exclude=exclude) | {"seeding": SEEDING}

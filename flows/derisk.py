@@ -19,7 +19,7 @@ subset's size of train tasks with reward variance. Outputs: the policy, the data
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,11 @@ from prefect import flow
 from envs.build import load_tasks
 from envs.byo.verifiers_env import verifiers_environment_file
 from envs.files import atomic_write_json
+from envs.judge_audit import JUDGE_AUDIT_FILE, JudgeAudit
 from envs.options import BadVariant
 from envs.oracle import with_wrong_oracle
 from envs.types import TaskSpec
+from evals.spec import HarnessKind
 from flows.config import Defect, StageName
 from flows.stage import DEFAULT_RUNS_ROOT, StageRun, open_stage
 from flows.stage_gates import DeriskMeasured, derisk_gate
@@ -39,6 +41,7 @@ from tasks import derisk as derisk_tasks
 from tasks.artifacts import log
 from tasks.context import RolloutJob
 from tasks.environment import prepare_environment, prepare_own_environment, prepare_policy
+from tasks.evaluation import EvalJob
 from tasks.plots import bar_chart
 from tasks.validation import Suite, task_frame, validate
 
@@ -78,8 +81,8 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         if broken := derisk_tasks.unusable_own_environment(oracle):
             # nothing would start or answer: the gate fails on the findings, without a base taught on broken tools
             log("policy and base rollouts skipped: %s", broken)
-            measured = _analyse(stage, oracle, 0, _judged(everything))
-            return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
+            judge = JudgeSanity(judged=_judged(everything), not_run="the environment's tools are unusable: no answers")
+            return stage.finish(derisk_gate(_analyse(stage, oracle, 0, judge), section.thresholds, subset_size))
         with stage.timed("policy"):
             bootstrap = source.bootstrap
             if data != generated:
@@ -88,22 +91,67 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             stage.output("policy", policy)
         work = StageWork.of(stage)
         settings = work.inputs.policy_settings()
-        train, _ = work.inputs.task_sets(settings)
+        train, heldout = work.inputs.task_sets(settings)
+        engine = work.engine_settings(settings.harness.context_budget_tokens)
         with stage.timed("base_rollouts"):
-            engine = work.engine_settings(settings.harness.context_budget_tokens)
             job = RolloutJob(Path(policy), train, settings, engine, section.rollout_samples, config.seed)
             derisk_tasks.base_rollouts(work.scope, job, config.sandbox.pool_per_world, variants)
             stage.validate(Suite.TRAJECTORIES)
+        with stage.timed("judge_sanity"):
+            judged_heldout = [t for t in heldout if _is_judged(t)]
+            base = EvalJob("judge_sanity", "base", Path(policy), judged_heldout, HarnessKind.MCP, 1, settings, engine)
+            judge = _judge_sanity(work, base, _judged(everything))
 
-        measured = _analyse(stage, oracle, len(train), _judged(everything))
+        measured = _analyse(stage, oracle, len(train), judge)
         return stage.finish(derisk_gate(measured, section.thresholds, subset_size))
 
 
+@dataclass(frozen=True)
+class JudgeSanity:
+    judged: int = 0
+    """Tasks with an ``llm_judge`` criterion, in the whole environment."""
+    audit: JudgeAudit | None = None
+    not_run: str = ""
+
+
+def _is_judged(task: TaskSpec) -> bool:
+    return any(criterion.kind == "llm_judge" for criterion in task.rubric)
+
+
 def _judged(tasks: list[TaskSpec]) -> int:
-    return sum(any(criterion.kind == "llm_judge" for criterion in task.rubric) for task in tasks)
+    return sum(map(_is_judged, tasks))
 
 
-def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judged_tasks: int = 0) -> DeriskMeasured:
+def _judge_sanity(work: StageWork, base: EvalJob, judged: int) -> JudgeSanity:
+    """The base answers a few of ``base``'s tasks (the judged held-out ones) once, graded by the profile's judge,
+    each judgement audited (``envs.judge_audit``): re-judged, and set against an empty answer."""
+    stage, samples = work.run, work.run.section.judge_samples
+    profile_judge = stage.config.judge
+    if not base.tasks:
+        return JudgeSanity(judged, not_run="no held-out task has one (train tasks cannot: they are graded without one)")
+    if not (profile_judge.url and profile_judge.model):
+        return JudgeSanity(judged, not_run="the profile names no judge: set judge.url and judge.model")
+    if not samples:
+        return JudgeSanity(judged, not_run="derisk.judge_samples is 0")
+    result = work.evaluate(replace(base, tasks=list(base.tasks)[:samples]), audit_judge=samples)
+    path = result.spec.out_dir / JUDGE_AUDIT_FILE
+    if path.is_file():
+        audit = JudgeAudit.model_validate_json(path.read_text(encoding="utf-8"))
+    else:
+        audit = JudgeAudit(model=profile_judge.model)
+    atomic_write_json(stage.dir / JUDGE_AUDIT_FILE, audit.model_dump(mode="json"))
+    stage.output("judge_audit", stage.dir / JUDGE_AUDIT_FILE)
+    log(
+        "judge sanity: %d graded samples, %s/%s re-judgements agree, %d empty answers passed",
+        len(audit.samples),
+        audit.agreements,
+        audit.rejudgements,
+        audit.empty_passes,
+    )
+    return JudgeSanity(judged, audit)
+
+
+def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judge: JudgeSanity) -> DeriskMeasured:
     """The catalog's per-tool rates, base rollout errors, reward variance and error signatures: written to the stage
     folder, plotted, recorded as outputs, and returned for the gate."""
     name = stage.stage.value
@@ -140,7 +188,9 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judged_t
         dialect_mismatches=mismatches,
         servers=oracle["servers"],
         known_good_probes=oracle["known_good_probes"],
-        judged_tasks=judged_tasks,
+        judged_tasks=judge.judged,
+        judge_audit=judge.audit,
+        judge_not_run=judge.not_run,
         metrics={
             "oracle_solved": oracle["solved"],
             "oracle_tasks": oracle["tasks"],
@@ -151,5 +201,6 @@ def _analyse(stage: StageRun, oracle: dict[str, Any], train_tasks: int, judged_t
             "tasks_with_variance": len(varied),
             "top_error_signatures": signatures[:5],
             "dialect_mismatches": mismatches,
+            **({"judge_agreement": judge.audit.agreement} if judge.audit and judge.audit.samples else {}),
         },
     )

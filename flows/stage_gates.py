@@ -13,6 +13,7 @@ from typing import Any
 
 from envs.diagnostics import ToolStats, ToolThresholds, tool_findings
 from envs.harness.tool_formats import TOOL_FORMATS, ToolFormatName
+from envs.judge_audit import JudgeAudit
 from evals.types import Comparison, Verdict
 from flows.config import (
     AblationsThresholds,
@@ -56,6 +57,10 @@ class DeriskMeasured:
     known_good_probes: int = 0
     judged_tasks: int = 0
     """Tasks with an ``llm_judge`` criterion (a team's held-out tasks may have them; evals grade them)."""
+    judge_audit: JudgeAudit | None = None
+    """The judge audited on graded samples of those tasks (``envs.judge_audit``); None: not run, ``judge_not_run``
+    says why."""
+    judge_not_run: str = "no graded samples were taken"
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -92,21 +97,84 @@ def _validity_criteria(m: DeriskMeasured, t: DeriskThresholds, oracle_rate: floa
     return criteria
 
 
+JUDGE_ADVICE = (
+    "run the judge at temperature 0 on a stronger model, or rewrite the criteria so that an answer can be checked "
+    "against them (a number, a named fact); then re-run de-risk"
+)
+
+
+def _judge_criteria(m: DeriskMeasured, t: DeriskThresholds) -> tuple[list[GateCriterion], list[Finding]]:
+    """Judge sanity on its audited samples: it agrees with itself and fails empty answers (none when not audited)."""
+    audit = m.judge_audit
+    if audit is None:
+        return [], []
+    if not audit.samples:  # nothing reached a verdict: a judge that never answers fails; one never asked is not run
+        if not audit.failures:
+            return [], []
+        failure = audit.failures[0]
+        criterion = check("graded samples the judge answered", 0, Op.GE, 1, failure)
+        advice = "check judge.url, judge.model and the keys in judge.api_key_env: the judge must answer a completion"
+        return [criterion], [Finding(subject=f"judge {audit.model}", problem=failure, advice=advice)]
+    failed = f", {audit.failed_calls} calls failed" if audit.failed_calls else ""
+    criteria = [
+        check(
+            "judge agrees with itself on re-judged samples",
+            audit.agreement,
+            Op.GE,
+            t.min_judge_agreement,
+            f"{audit.agreements}/{audit.rejudgements} re-judgements over {len(audit.samples)} graded samples{failed}",
+        ),
+        check(
+            "empty answers the judge passes",
+            audit.empty_passes,
+            Op.LE,
+            t.max_judge_empty_passes,
+            f"of {len(audit.samples)} criteria",
+        ),
+    ]
+    findings = []
+    if not criteria[0].passed:
+        flips = audit.rejudgements - audit.agreements
+        findings.append(
+            Finding(
+                subject=f"judge {audit.model}",
+                problem=f"{flips} of {audit.rejudgements} re-judgements of the same answer and evidence differ from "
+                f"the first verdict{failed}",
+                advice=JUDGE_ADVICE,
+                rate=audit.agreement,
+            )
+        )
+    passed_empty = [sample.criterion for sample in audit.samples if sample.empty_passed]
+    if passed_empty and not criteria[1].passed:
+        findings.append(
+            Finding(
+                subject=f"judge {audit.model}",
+                problem=f"passes an empty answer over an unchanged world on {len(passed_empty)} criteria, e.g. "
+                f"{passed_empty[0]!r}",
+                advice=JUDGE_ADVICE,
+            )
+        )
+    return criteria, findings
+
+
 def checks_not_run(m: DeriskMeasured) -> list[str]:
     """What de-risk could not check, and why: a pass means only what ran."""
     not_run = [f"oracle pass rate: {NO_ORACLE}"] if m.servers and not m.oracle_tasks else []
-    if m.judged_tasks:
+    if m.judged_tasks and m.judge_audit is None:
+        not_run.append(f"judge sanity: not run ({m.judged_tasks} tasks have llm_judge criteria; {m.judge_not_run})")
+    elif m.judge_audit is not None and not m.judge_audit.samples and not m.judge_audit.failures:
         not_run.append(
-            f"judge sanity: not run ({m.judged_tasks} tasks have llm_judge criteria; de-risk does not re-judge graded "
-            "samples yet — the evals grade them with the profile's judge)"
+            f"judge sanity: no graded sample ({m.judged_tasks} tasks have llm_judge criteria, but none of the base's "
+            "answers reached the judge: a task's required output file was not written, or its rollout failed)"
         )
     return not_run
 
 
 def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> GateReport:
     """Oracle ≥ threshold, infra ≤ threshold, no tool past its failure / empty / timeout threshold, and enough tasks
-    with reward variance for the overfit subset. Every tool past a threshold, and each oracle that failed its task (the
-    first ``MAX_ORACLE_FINDINGS``), becomes a finding with its advice."""
+    with reward variance for the overfit subset; when the judge was audited, it agrees with itself and fails empty
+    answers. Every tool past a threshold, each oracle that failed its task (the first ``MAX_ORACLE_FINDINGS``) and an
+    unsound judge becomes a finding with its advice."""
     failure, failing_tool = _worst(m.tool_stats, "failure_rate")
     empty, empty_tool = _worst(m.tool_stats, "empty_rate")
     timeout, slow_tool = _worst(m.tool_stats, "timeout_rate")
@@ -161,7 +229,10 @@ def derisk_gate(m: DeriskMeasured, t: DeriskThresholds, subset_size: int) -> Gat
         )
         for row in m.dialect_mismatches
     ]
-    return GateReport.build(StageName.DERISK, criteria, findings, m.metrics, checks_not_run(m))
+    judge_criteria, judge_findings = _judge_criteria(m, t)
+    return GateReport.build(
+        StageName.DERISK, criteria + judge_criteria, findings + judge_findings, m.metrics, checks_not_run(m)
+    )
 
 
 # --- 2 · TITO --------------------------------------------------------------------------------------------------------

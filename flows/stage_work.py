@@ -139,11 +139,14 @@ class StageWork:
         current = partial(training_engines, settings, job_dir / "weights") if engines is not None else None
         return TrainJob(label, policy, tasks, loop.model_copy(update={"engines": engines}), out, current)
 
-    def evaluate(self, job: EvalJob) -> EvalResult:
+    def evaluate(self, job: EvalJob, audit_judge: int = 0) -> EvalResult:
         """The ``evaluate`` task for this stage (seed + 1 for every policy: paired evals share sampling seeds), with the
-        profile's judge when it names one."""
+        profile's judge when it names one (its first ``audit_judge`` graded samples audited: ``envs.judge_audit``)."""
         judge = self.run.config.judge
         if judge.url and judge.model:  # tasks with llm_judge criteria are graded by the profile's judge
-            job = replace(job, judge=JudgeSpec(base_url=judge.url, model=judge.model, api_key_env=judge.api_key_env))
+            spec = JudgeSpec(
+                base_url=judge.url, model=judge.model, api_key_env=judge.api_key_env, audit_samples=audit_judge
+            )
+            job = replace(job, judge=spec)
         out = self.run.work_dir(eval_folder_stem(job.suite, job.label), job.inputs())
         return evaluate(self.scope, job, out, self.run.config.seed + 1)

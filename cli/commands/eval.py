@@ -132,9 +132,13 @@ def _judge(args: argparse.Namespace):
     if (args.judge_url is None) != (args.judge_model is None):
         raise EvalConfigError("--judge-url and --judge-model go together: pass both, or neither")
     if args.judge_url is None:
+        if args.judge_audit:
+            raise EvalConfigError("--judge-audit needs a judge: pass --judge-url and --judge-model")
         return None
     key_env = args.judge_key_env or (DEFAULT_JUDGE_KEY_ENV if os.environ.get(DEFAULT_JUDGE_KEY_ENV) else None)
-    return JudgeSpec(base_url=args.judge_url, model=args.judge_model, api_key_env=key_env)
+    return JudgeSpec(
+        base_url=args.judge_url, model=args.judge_model, api_key_env=key_env, audit_samples=args.judge_audit
+    )
 
 
 def _flags_spec(args: argparse.Namespace) -> tuple[EvalSpec, str]:
@@ -515,6 +519,13 @@ def _run_harness_arguments(run: argparse.ArgumentParser) -> None:
         "--judge-key-env",
         metavar="VAR",
         help=f"environment variable with the judge's key(s) (default {DEFAULT_JUDGE_KEY_ENV} if set)",
+    )
+    run.add_argument(
+        "--judge-audit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="re-judge the first N graded samples and judge an empty answer for each (judge_audit.json in the out dir)",
     )
 
 

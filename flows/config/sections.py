@@ -143,8 +143,9 @@ class JudgeSection(_Section):
     url: str | None = None
     """OpenAI-compatible judge for ``llm_judge`` criteria (none: tasks needing a judge are not run)."""
     model: str | None = None
-    api_key_env: str = "JUDGE_API_KEY"
-    """Environment variable holding the judge's key(s), comma-separated; never written to the run folder."""
+    api_key_env: str | None = "JUDGE_API_KEY"
+    """Environment variable holding the judge's key(s), comma-separated; never written to the run folder (null: a
+    local judge that takes no key)."""
 
 
 class SandboxSection(_Section):

@@ -36,6 +36,10 @@ class DeriskThresholds(_Section):
     """Per tool, share of successful calls that returned nothing (any source)."""
     max_tool_timeout_rate: float = Field(0.01, ge=0, le=1)
     """Per tool, share of calls that timed out (any source)."""
+    min_judge_agreement: float = Field(0.9, ge=0, le=1)
+    """Share of a graded sample's re-judgements equal to its first verdict (``envs.judge_audit``)."""
+    max_judge_empty_passes: int = Field(0, ge=0)
+    """Empty answers over an unchanged world the judge passed."""
 
 
 class DeriskStage(_Section):
@@ -45,6 +49,9 @@ class DeriskStage(_Section):
     """Check the oracles of these worlds' tasks only (None: every task; the smoke profile checks one world)."""
     rollout_samples: int = Field(4, ge=2, le=MAX_STEPS)
     """The base's rollouts per train task (reward variance needs at least 2)."""
+    judge_samples: int = Field(4, ge=0, le=MAX_STEPS)
+    """Graded samples of ``llm_judge`` criteria to audit: the base answers this many judged tasks once, and each
+    judgement is re-judged and set against an empty answer (0: not checked)."""
     thresholds: DeriskThresholds = DeriskThresholds()
 
 

@@ -10,7 +10,6 @@ never sent to it. The engine is the scripted-policy pattern of ``tests/evals/tes
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from envs.net import serve_in_thread
+from tests.judge_server import JudgeMode, RuleJudge, judge_server
 from trainer.tokenizer import save_tokenizer, train_tokenizer
 
 RELEASE = Path(__file__).parents[1] / "envs" / "data" / "apex_release"
@@ -31,7 +31,7 @@ HALF = [READ_Q1, "Q1 revenue was 412.5 million."]
 class Servers:
     tokenizer: object
     scripts: dict[str, list[str]] = field(default_factory=lambda: {"solver": SOLVER, "half": HALF})
-    judged: list[dict] = field(default_factory=list)
+    judge: RuleJudge = field(default_factory=RuleJudge)
     engine_url: str = ""
     judge_url: str = ""
 
@@ -53,23 +53,6 @@ class Servers:
 
         return app
 
-    def judge(self) -> FastAPI:
-        app = FastAPI()
-
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request) -> JSONResponse:
-            body = await request.json()
-            self.judged.append(body)
-            user = body["messages"][-1]["content"]
-            criterion = user.split("## Criterion\n", 1)[1].split("\n\n## ", 1)[0]
-            answer = user.split("## Agent's final answer\n", 1)[1].split("\n\n## ", 1)[0]
-            missing = [n for n in re.findall(r"\d+(?:\.\d+)?", criterion) if n not in answer]
-            verdict = {"passed": not missing, "reason": f"missing {missing}" if missing else "all figures stated"}
-            message = {"role": "assistant", "content": json.dumps(verdict)}
-            return JSONResponse({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
-
-        return app
-
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
@@ -82,8 +65,8 @@ def servers(tokenizer_dir):
     from transformers import AutoTokenizer
 
     state = Servers(AutoTokenizer.from_pretrained(tokenizer_dir))
-    with serve_in_thread(state.engine()) as engine_url, serve_in_thread(state.judge()) as judge_url:
-        state.engine_url, state.judge_url = engine_url, f"{judge_url}/v1"
+    with serve_in_thread(state.engine()) as engine_url, judge_server(state.judge) as judge_url:
+        state.engine_url, state.judge_url = engine_url, judge_url
         yield state
 
 
@@ -108,14 +91,14 @@ def test_an_apex_release_grades_through_a_local_judge_end_to_end(servers, tokeni
     memo = by_task["apex-memo", 0]
     assert (memo.passed, memo.reward) == (False, 0.0)
     # 2 criteria × 2 passes of apex-revenue reached the judge; apex-memo wrote no .docx, so it never did.
-    assert len(servers.judged) == 4
-    assert all("States Q1 revenue" in body["messages"][-1]["content"] for body in servers.judged)
-    system = servers.judged[0]["messages"][0]["content"]
+    assert len(servers.judge.judged) == 4
+    assert all("States Q1 revenue" in body["messages"][-1]["content"] for body in servers.judge.judged)
+    system = servers.judge.judged[0]["messages"][0]["content"]
     assert "every part of it holds" in system and "claims about files" in system
-    assert "World changes: no files changed" in servers.judged[0]["messages"][-1]["content"]
+    assert "World changes: no files changed" in servers.judge.judged[0]["messages"][-1]["content"]
     assert (tmp_path / "worlds" / "world_fixture_ib.apex-memo" / "filesystem" / "inputs" / "brief.txt").is_file()
 
-    servers.judged.clear()  # half the answer: the conjunct "9 percent" fails only the second criterion
+    servers.judge.judged.clear()  # half the answer: the conjunct "9 percent" fails only the second criterion
     assert _run(servers, tokenizer_dir, "half", tmp_path, *judge) == 0
     half = {(t.task_id, t.pass_index): t for t in load_eval(tmp_path / "half").trials}
     assert (half["apex-revenue", 0].passed, half["apex-revenue", 0].reward) == (False, 0.5)
@@ -150,3 +133,32 @@ def test_export_atif_writes_each_trial_as_an_atif_document(servers, tokenizer_di
     assert "up 9 percent" in last["message"]
     assert len(last["metrics"]["logprobs"]) == last["metrics"]["completion_tokens"]
     assert doc["final_metrics"]["extra"]["passed"] is True and doc["final_metrics"]["extra"]["reward"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("mode", "agreement", "empty_passes"), [(JudgeMode.RULE, 1.0, 0), (JudgeMode.YES, 1.0, 2), (JudgeMode.FLIP, 0.5, 2)]
+)
+def test_judge_audit_re_judges_graded_samples_and_asks_about_an_empty_answer(
+    servers, tokenizer_dir, tmp_path, mode, agreement, empty_passes
+):
+    from envs.judge_audit import JUDGE_AUDIT_FILE, JudgeAudit
+    from evals.run_folder import load_eval
+
+    # one trial at a time: the flipping judge inverts every other request, so its order must be the audit's own
+    judge = ["--judge-url", servers.judge_url, "--judge-model", "judge", "--judge-audit", "2", "--concurrency", "1"]
+    servers.judge.mode, servers.judge.judged = mode, []
+    try:
+        assert _run(servers, tokenizer_dir, "solver", tmp_path, *judge) == 0
+    finally:
+        servers.judge.mode = JudgeMode.RULE
+    audit = JudgeAudit.model_validate_json((tmp_path / "solver" / JUDGE_AUDIT_FILE).read_text())
+    # 2 of the 4 graded calls audited: each re-judged twice and asked once with an empty answer
+    assert len(audit.samples) == 2 and len(servers.judge.judged) == 4 + 2 * 3
+    assert (audit.agreement, audit.empty_passes, audit.failed_calls) == (agreement, empty_passes, 0)
+    if mode is JudgeMode.RULE:  # auditing never changes a grade: the first verdict is the one returned
+        assert all(trial.passed for trial in load_eval(tmp_path / "solver").trials if trial.task_id == "apex-revenue")
+
+
+def test_judge_audit_needs_a_judge(servers, tokenizer_dir, tmp_path, capsys):
+    assert _run(servers, tokenizer_dir, "solver", tmp_path, "--judge-audit", "2") == 2
+    assert "--judge-audit needs a judge" in capsys.readouterr().err

@@ -329,3 +329,37 @@ def test_derisk_without_oracles_names_what_stood_in_and_what_was_not_checked() -
     assert not failed.passed and failed.findings[0].subject == "server git"
     no_probes = derisk_gate(DeriskMeasured(0, 0, 8, 0.0, [], 2, servers=servers), DeriskThresholds(), subset_size=2)
     assert not no_probes.passed  # no known-good call ran: the tools were never shown to work
+
+
+def _audited(first: bool, rejudged: list, empty: bool | None) -> dict:
+    return {"criterion": "States 412.5", "answer": "412.5", "first": first, "rejudged": rejudged, "empty_passed": empty}
+
+
+def test_derisk_judges_the_judge_on_its_audited_samples() -> None:
+    from envs.judge_audit import JudgeAudit
+    from flows.config import DeriskThresholds
+    from flows.stage_gates import DeriskMeasured, derisk_gate
+
+    def gate(audit: JudgeAudit | None, not_run: str = ""):
+        measured = DeriskMeasured(4, 4, 8, 0.0, [], 2, judged_tasks=2, judge_audit=audit, judge_not_run=not_run)
+        return derisk_gate(measured, DeriskThresholds(), subset_size=2)
+
+    sound = gate(JudgeAudit(model="j", samples=[_audited(True, [True, True], False)] * 4))
+    names = {c.name: c for c in sound.criteria}
+    assert sound.passed and not sound.not_checked
+    assert names["judge agrees with itself on re-judged samples"].measured == 1.0
+    assert names["judge agrees with itself on re-judged samples"].detail == "8/8 re-judgements over 4 graded samples"
+    # 1 of 8 re-judgements flips: 7/8 = 0.875 < 0.9
+    flaky = gate(
+        JudgeAudit(model="j", samples=[_audited(True, [True, False], False)] + [_audited(True, [True] * 2, False)] * 3)
+    )
+    assert not flaky.passed and "1 of 8 re-judgements" in flaky.findings[0].problem
+    yes_man = gate(JudgeAudit(model="j", samples=[_audited(True, [True, True], True)] * 4))
+    assert not yes_man.passed and yes_man.findings[0].subject == "judge j"
+    assert "passes an empty answer" in yes_man.findings[0].problem
+    down = gate(JudgeAudit(model="j", failures=["JudgeError: [connection] refused"]))
+    assert not down.passed and down.findings[0].problem == "JudgeError: [connection] refused"
+    never_asked = gate(JudgeAudit(model="j"))
+    assert never_asked.passed and "none of the base's answers reached the judge" in never_asked.not_checked[0]
+    no_judge = gate(None, "the profile names no judge: set judge.url and judge.model")
+    assert no_judge.passed and "the profile names no judge" in no_judge.not_checked[0]
