@@ -279,17 +279,6 @@ def check_environment(
     return EnvironmentCheck(sorted(results, key=lambda result: order[result.task_id]), probes, servers)
 
 
-def check_oracles(
-    tasks: Iterable[TaskSpec],
-    worlds_root: Path,
-    on_result: Report | None = None,
-    transport: OracleTransport = OracleTransport.PYTHON,
-    variants: frozenset[BadVariant] = frozenset(),
-) -> list[OracleCheck]:
-    """``check_environment``'s oracle results."""
-    return check_environment(tasks, worlds_root, on_result, transport, variants).oracles
-
-
 # --- Harbor tasks ----------------------------------------------------------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import TrainTrend, hero_gate
 from flows.stage_work import StageWork
 from tasks.evaluation import summary_metrics
-from tasks.plots import curves, estimate_bars
+from tasks.plots import estimate_bars, reward_curve
 from tasks.training import LoopKind, loop_config
 from tasks.validation import Suite
 
@@ -71,13 +71,7 @@ def hero(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         )
         steps = trained.history.steps
         stage.plot(
-            "reward curve",
-            curves(
-                stage.dir / "reward_curve.png",
-                {"train reward": [(r.step, r.reward_mean) for r in steps]},
-                "mean reward of the step's groups",
-                f"hero ({landed['arm']}, async)",
-            ),
+            "reward curve", reward_curve(stage.dir / "reward_curve.png", steps, f"hero ({landed['arm']}, async)")
         )
         stage.plot(
             "held-out Pass@1",

@@ -28,7 +28,7 @@ from flows.stage import DEFAULT_RUNS_ROOT, open_stage
 from flows.stage_gates import OverfitMeasured, TrainTrend, overfit_gate
 from flows.stage_work import StageWork
 from tasks.evaluation import summary_metrics
-from tasks.plots import curves
+from tasks.plots import reward_curve
 from tasks.training import LoopKind, loop_config
 from tasks.validation import Suite
 
@@ -71,13 +71,7 @@ def overfit(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
         gain, p_value = one_sided_paired_test(before.trial_results(), after.trial_results(), Metric.MEAN_REWARD)
         steps = trained.history.steps
         stage.plot(
-            "reward curve",
-            curves(
-                stage.dir / "reward_curve.png",
-                {"train reward (step's rollouts)": [(r.step, r.reward_mean) for r in steps]},
-                "mean reward",
-                f"overfit subset ({len(subset)} tasks)",
-            ),
+            "reward curve", reward_curve(stage.dir / "reward_curve.png", steps, f"overfit subset ({len(subset)} tasks)")
         )
         stage.output("policy", trained.policy)
         stage.output("subset", [t.task_id for t in subset])

@@ -118,52 +118,42 @@ def planned_loops(config: RecipeConfig, hero_arm: str | None = None) -> dict[str
         )
 
     loops: dict[str, tuple[str, LoopConfig]] = {}
-    systems = stages.systems
-    trial_shape = {
-        "prompts_per_step": systems.prompts_per_step,
-        "samples_per_prompt": systems.samples_per_prompt,
-        "steps": systems.steps_per_trial,
-        "checkpoint_every": 0,
-        "max_staleness": rollout.max_staleness,
-    }
+    systems, overfit, ablations, hero = stages.systems, stages.overfit, stages.ablations, stages.hero
+    runtime = config.backends.runtime
+    async_knobs = {"workers": rollout.workers, "max_staleness": rollout.max_staleness, "runtime": runtime}
+    trial_shape = _shape(systems.prompts_per_step, systems.samples_per_prompt, systems.steps_per_trial, 0)
     baseline = Knobs(config.trainer.token_budget, config.engine.max_num_seqs, rollout.workers, config.trainer.layout)
     for index, knobs in enumerate(one_factor_trials(baseline, **systems.sweep.model_dump())):
-        trial = loop(LoopKind.ASYNC, {}, False, trial_shape)
+        trial = loop(LoopKind.ASYNC, {}, False, trial_shape | {"max_staleness": rollout.max_staleness})
         assert isinstance(trial, AsyncLoopConfig)
         loops[f"trial-{index}-{knobs.label()}"] = ("systems", knobs.apply(trial))
-    overfit = stages.overfit
-    overfit_shape = {
-        "prompts_per_step": overfit.prompts_per_step,
-        "samples_per_prompt": overfit.samples_per_prompt,
-        "steps": overfit.steps,
-        "checkpoint_every": rollout.checkpoint_every,
-    }
+    every = rollout.checkpoint_every
+    overfit_shape = _shape(overfit.prompts_per_step, overfit.samples_per_prompt, overfit.steps, every)
     loops["overfit"] = ("overfit", loop(LoopKind.SYNC, {}, False, overfit_shape))
-    ablations = stages.ablations
-    arm_shape = {
-        "prompts_per_step": ablations.prompts_per_step,
-        "samples_per_prompt": ablations.samples_per_prompt,
-        "steps": ablations.steps,
-        "checkpoint_every": 0,
-        "workers": rollout.workers,
-        "max_staleness": rollout.max_staleness,
-        "runtime": config.backends.runtime,
-    }
+    arm_shape = _shape(ablations.prompts_per_step, ablations.samples_per_prompt, ablations.steps, 0) | async_knobs
     for name, arm in ablations.arms.items():
         loops[name] = ("ablations", loop(ablations.loop, arm.algorithm, arm.context_nudge, arm_shape))
-    hero, landed = stages.hero, hero_arm or ablations.prior
-    hero_shape = {
-        "prompts_per_step": hero.prompts_per_step or rollout.prompts_per_step,
-        "samples_per_prompt": hero.samples_per_prompt or rollout.samples_per_prompt,
-        "steps": hero.steps,
-        "checkpoint_every": hero.checkpoint_every,
-        "workers": rollout.workers,
-        "max_staleness": rollout.max_staleness,
-        "runtime": config.backends.runtime,
-    }
+    landed = hero_arm or ablations.prior
+    hero_shape = _shape(
+        hero.prompts_per_step or rollout.prompts_per_step,
+        hero.samples_per_prompt or rollout.samples_per_prompt,
+        hero.steps,
+        hero.checkpoint_every,
+    )
+    hero_shape |= async_knobs
     arm = ablations.arms[landed]
     loops[f"hero-{landed}"] = ("hero", loop(LoopKind.ASYNC, arm.algorithm, arm.context_nudge, hero_shape))
     return loops
+
+
+def _shape(prompts_per_step: int, samples_per_prompt: int, steps: int, checkpoint_every: int) -> dict[str, Any]:
+    """A loop's size as its stage sets it."""
+    return {
+        "prompts_per_step": prompts_per_step,
+        "samples_per_prompt": samples_per_prompt,
+        "steps": steps,
+        "checkpoint_every": checkpoint_every,
+    }
 
 
 def skyrl_entry(config: RecipeConfig) -> SkyRLEntry:

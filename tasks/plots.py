@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from trainer.loops.history import StepRecord
+
 
 def _pyplot():
     import matplotlib
@@ -62,6 +64,12 @@ def curves(path: Path, series: Mapping[str, Sequence[tuple[int, float]]], ylabel
     axis.set_title(title)
     axis.legend()
     return _save(fig, path)
+
+
+def reward_curve(path: Path, steps: Sequence[StepRecord], title: str) -> Path:
+    """A training loop's mean reward per step (over the step's rollouts)."""
+    rewards = [(record.step, record.reward_mean) for record in steps]
+    return curves(path, {"train reward": rewards}, "mean reward of the step's rollouts", title)
 
 
 def estimate_bars(path: Path, estimates: Mapping[str, tuple[float, float]], ylabel: str, title: str) -> Path:

@@ -141,7 +141,7 @@ def _envs_check(args: argparse.Namespace) -> int:
         raise SystemExit("--sandbox applies to Harbor tasks (--tasks); the oracle check picks its with --transport")
 
     from envs.build import ensure_environment, load_tasks
-    from envs.check import OracleTransport, check_oracles
+    from envs.check import OracleTransport, check_environment
 
     data = Path(args.data)
     manifest = ensure_environment(data, seed=args.seed)
@@ -151,9 +151,9 @@ def _envs_check(args: argparse.Namespace) -> int:
         TextColumn("oracle"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
         bar = progress.add_task("oracle", total=len(tasks))
-        results = check_oracles(
+        results = check_environment(
             tasks, data / "worlds", on_result=lambda _: progress.advance(bar), transport=OracleTransport(args.transport)
-        )
+        ).oracles
     elapsed = time.perf_counter() - started
 
     cells: dict[tuple[str, str], list[bool]] = defaultdict(list)

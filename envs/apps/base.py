@@ -177,6 +177,13 @@ def matches(query: str, *fields: str) -> bool:
 Timestamp = Annotated[datetime, AfterValidator(lambda value: value.replace(tzinfo=None))]
 
 
+class AppRecord(BaseModel):
+    """A record of an app's state file (an event, a message, a mailbox): fields a world's author added are kept, so
+    what a tool saves back loses nothing it did not change."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 def parse_timestamp(value: str, what: str) -> datetime:
     """Parse an ISO date or date-time (``2026-03-04`` or ``2026-03-04T10:00:00``), naive, or raise a ToolError."""
     try:
@@ -208,6 +215,7 @@ class Tool:
 TOOLS: dict[str, Tool] = {}
 
 Op = TypeVar("Op", bound=Callable[..., str])
+ArgsModel = TypeVar("ArgsModel", bound=BaseModel)
 
 
 def tool(app: str) -> Callable[[Op], Op]:
@@ -324,6 +332,16 @@ def encodable_text(text: str) -> str:
     return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
+def validate_arguments(name: str, args: Any, model: type[ArgsModel]) -> ArgsModel:
+    """``args`` as tool ``name``'s argument model, or a ``ToolError`` the model can read: text that cannot travel
+    (``check_encodable``), a missing, extra or wrongly typed argument."""
+    check_encodable(name, args)
+    try:
+        return model.model_validate(args)
+    except ValidationError as error:
+        raise ToolError(f"{name}: {describe_validation_error(error, model)}") from error
+
+
 def call_tool(world: World, name: str, args: dict[str, Any]) -> str:
     """Validate ``args`` against tool ``name``'s signature, run it on ``world`` and return its text.
 
@@ -334,11 +352,7 @@ def call_tool(world: World, name: str, args: dict[str, Any]) -> str:
     spec = get_tool(name)
     if not isinstance(args, dict):
         raise ToolError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
-    check_encodable(name, args)
-    try:
-        validated = spec.arguments.model_validate(args)
-    except ValidationError as error:
-        raise ToolError(f"{name}: {describe_validation_error(error, spec.arguments)}") from error
+    validated = validate_arguments(name, args, spec.arguments)
     kwargs = {field: getattr(validated, field) for field in spec.arguments.model_fields}
     try:
         return spec.fn(world, **kwargs)

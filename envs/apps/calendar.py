@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from envs.apps.base import (
+    AppRecord,
     Timestamp,
     ToolError,
     World,
@@ -23,9 +24,7 @@ APP = "calendar"
 STATE = "calendar/events.json"
 
 
-class Event(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class Event(AppRecord):
     id: str
     title: str
     start: Timestamp
@@ -35,9 +34,7 @@ class Event(BaseModel):
     description: str = ""
 
 
-class Calendar(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class Calendar(AppRecord):
     events: list[Event]
 
 

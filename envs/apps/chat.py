@@ -4,35 +4,40 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from envs.apps.base import Timestamp, ToolError, World, load_app_state, matches, next_id, now, save_app_state, tool
+from envs.apps.base import (
+    AppRecord,
+    Timestamp,
+    ToolError,
+    World,
+    load_app_state,
+    matches,
+    next_id,
+    now,
+    save_app_state,
+    tool,
+)
 
 APP = "chat"
 STATE = "chat/channels.json"
 DEFAULT_USER = "me"
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class ChatMessage(AppRecord):
     id: str
     user: str
     ts: Timestamp
     text: str
 
 
-class Channel(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class Channel(AppRecord):
     name: str
     messages: list[ChatMessage] = Field(default_factory=list)
 
 
-class Chat(BaseModel):
+class Chat(AppRecord):
     """All channels; ``user`` (optional) is the name the world's user posts as."""
-
-    model_config = ConfigDict(extra="allow")
 
     user: str = DEFAULT_USER
     channels: list[Channel]

@@ -89,12 +89,7 @@ def read_file(world: World, path: str, max_chars: Annotated[int, Field(gt=0)] = 
     Returns the file's text. Office files and PDFs are refused with the name of the tool that reads them
     (docs.read_document, sheets.read_sheet, pdf.read_pdf, slides.read_deck).
     """
-    file = world.path(path)
-    reader = READER_BY_SUFFIX.get(file.suffix.lower())
-    if reader:
-        raise ToolError(f"{path!r} is a {file.suffix} file, not plain text; read it with {reader}")
-    if file.is_dir():
-        raise ToolError(f"{path!r} is a folder; use filesystem.list_files to see its contents")
+    file = _plain_text_file(world, path, reading=True)
     if not file.exists():
         raise ToolError(f"no file {path!r} in the filesystem (use filesystem.list_files to see what exists)")
     text = read_text_or_none(file)
@@ -118,12 +113,7 @@ def write_file(world: World, path: str, content: str) -> str:
     Returns "wrote N bytes to PATH". Office files and PDFs cannot be written this way: use the docs, sheets or
     slides tools.
     """
-    file = world.path(path)
-    reader = READER_BY_SUFFIX.get(file.suffix.lower())
-    if reader:
-        raise ToolError(f"{path!r} is a {file.suffix} file; write it with the {reader.split('.')[0]} tools")
-    if file.is_dir():
-        raise ToolError(f"{path!r} is a folder; give a file path")
+    file = _plain_text_file(world, path, reading=False)
     atomic_write_text(file, content)
     return f"wrote {len(content.encode('utf-8'))} bytes to {world.rel(file)}"
 
@@ -154,3 +144,16 @@ def search_files(world: World, query: Annotated[str, Field(min_length=1)], path:
     if len(hits) > MAX_SEARCH_HITS:
         return "\n".join(hits[:MAX_SEARCH_HITS]) + f"\n[{len(hits) - MAX_SEARCH_HITS} more matches not shown]"
     return "\n".join(hits)
+
+
+def _plain_text_file(world: World, path: str, reading: bool) -> Path:
+    """``path`` in the world, or a ``ToolError`` naming the tools to use instead: an office file or a PDF is read and
+    written by its own app, and a folder is no file."""
+    file = world.path(path)
+    if reader := READER_BY_SUFFIX.get(file.suffix.lower()):
+        instead = f"read it with {reader}" if reading else f"write it with the {reader.split('.')[0]} tools"
+        raise ToolError(f"{path!r} is a {file.suffix} file, not plain text; {instead}")
+    if file.is_dir():
+        instead = "use filesystem.list_files to see its contents" if reading else "give a file path"
+        raise ToolError(f"{path!r} is a folder; {instead}")
+    return file

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from envs.apps.base import (
+    AppRecord,
     Timestamp,
     ToolError,
     World,
@@ -27,8 +28,8 @@ STATE = "mail/mailbox.json"
 DEFAULT_USER = "me"
 
 
-class Message(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+class Message(AppRecord):
+    model_config = ConfigDict(populate_by_name=True)  # merged with AppRecord's: unknown fields kept
 
     id: str
     folder: str
@@ -42,10 +43,8 @@ class Message(BaseModel):
     attachments: list[str] = Field(default_factory=list)
 
 
-class Mailbox(BaseModel):
+class Mailbox(AppRecord):
     """The mailbox; ``user`` (optional) is the address the world's user sends from."""
-
-    model_config = ConfigDict(extra="allow")
 
     user: str = DEFAULT_USER
     messages: list[Message]

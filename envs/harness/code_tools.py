@@ -39,10 +39,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from envs.apps import ToolError
-from envs.apps.base import check_encodable, describe_validation_error, encodable_text
+from envs.apps.base import encodable_text, validate_arguments
 from envs.apps.code_exec import MAX_CODE_CHARS, MAX_TIMEOUT_S, ExecResult, run_limited
 from envs.apps.filesystem import read_text_or_none
 from envs.files import atomic_write_text
@@ -228,11 +228,7 @@ class RegistryToolSession(InProcessSession):
             tool = self.tools.get(name)
             if tool is None:
                 raise ToolError(f"unknown tool {name!r}; tools are: {', '.join(self.tools)}")
-            check_encodable(name, args)
-            try:
-                validated = tool.arguments.model_validate(args)
-            except ValidationError as error:
-                raise ToolError(f"{name}: {describe_validation_error(error, tool.arguments)}") from error
+            validated = validate_arguments(name, args, tool.arguments)
             reply = await asyncio.to_thread(tool.run, self, validated)
         except (ToolError, PathEscapeError) as error:
             message = encodable_text(f"{error}")

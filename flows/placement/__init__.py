@@ -17,12 +17,13 @@ fleet or runner (``flows.stage``). Nothing outside this package branches on a ba
 
 from flows.placement.base import PlacementError, cluster_token_file, repo_path, shared_root
 from flows.placement.cluster import cluster_target, needs_cluster, no_address
-from flows.placement.engines import ENGINES, fleet_spec
+from flows.placement.engines import ENGINES, FleetRequest, fleet_spec
 from flows.placement.trainers import TRAINERS
 
 __all__ = [
     "ENGINES",
     "TRAINERS",
+    "FleetRequest",
     "PlacementError",
     "cluster_target",
     "cluster_token_file",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
@@ -32,6 +33,18 @@ if TYPE_CHECKING:  # preflight imports placement and must stay light: the fleet'
 DEFAULT_SERVED_NAME = "policy"
 
 
+@dataclass(frozen=True)
+class FleetRequest:
+    """What a stage asks of its engine backend: the run's engines for a policy with this context length."""
+
+    config: RecipeConfig
+    store: RunStore
+    policy: Callable[[], str]
+    """The base policy's folder, asked only by a backend with engines of its own (reading it may need de-risk's)."""
+    max_model_len: int
+    target: ClusterTarget | None
+
+
 class EnginePlacement(Protocol):
     backend: ClassVar[EngineBackend]
 
@@ -45,15 +58,8 @@ class EnginePlacement(Protocol):
 
     def describe(self, config: RecipeConfig, base: str) -> list[str]: ...
 
-    def fleet(
-        self,
-        config: RecipeConfig,
-        store: RunStore,
-        policy: Callable[[], str],
-        max_model_len: int,
-        target: ClusterTarget | None,
-    ) -> VllmFleet | None:
-        """The run's engines serving ``policy()`` (the base: asked only by a backend that has engines of its own)."""
+    def fleet(self, request: FleetRequest) -> VllmFleet | None:
+        """The run's engines for ``request`` (None: a backend without engines of its own)."""
         ...
 
     def stop(self, config: RecipeConfig, store: RunStore, target: ClusterTarget | None) -> None: ...
@@ -68,14 +74,7 @@ class _NoFleet:
     def claim(self, config: RecipeConfig) -> Claim | None:
         return None
 
-    def fleet(
-        self,
-        config: RecipeConfig,
-        store: RunStore,
-        policy: Callable[[], str],
-        max_model_len: int,
-        target: ClusterTarget | None,
-    ) -> VllmFleet | None:
+    def fleet(self, request: FleetRequest) -> VllmFleet | None:
         return None
 
     def stop(self, config: RecipeConfig, store: RunStore, target: ClusterTarget | None) -> None:
@@ -143,17 +142,11 @@ class VllmEngines:
             f"{sync} → resume",
         ]
 
-    def fleet(
-        self,
-        config: RecipeConfig,
-        store: RunStore,
-        policy: Callable[[], str],
-        max_model_len: int,
-        target: ClusterTarget | None,
-    ) -> VllmFleet | None:
+    def fleet(self, request: FleetRequest) -> VllmFleet | None:
         from tasks.fleet import VllmFleet
 
-        return VllmFleet(fleet_spec(config, shared_root(config, store) / "engines", policy(), max_model_len), target)
+        config, root = request.config, shared_root(request.config, request.store) / "engines"
+        return VllmFleet(fleet_spec(config, root, request.policy(), request.max_model_len), request.target)
 
     def stop(self, config: RecipeConfig, store: RunStore, target: ClusterTarget | None) -> None:
         from tasks.fleet import stop_fleet

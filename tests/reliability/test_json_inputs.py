@@ -44,7 +44,7 @@ def test_parse_json_accepts_the_deepest_allowed_nesting() -> None:
         ('{"name": "fs_read", "arguments": ' + DEEP + "}", "nested deeper than 100"),
         ('{"name": "fs_read", "arguments": {"x": ' + NESTED + "}}", "nested deeper than 100"),
         ('{"name": "fs_read", "arguments": {"n": ' + HUGE_INT + "}}", "more than 4300 digits"),
-        ('{"name": "fs_read", "arguments": ' + json.dumps(DEEP) + "}", "is a string that is not JSON"),
+        ('{"name": "fs_read", "arguments": ' + json.dumps(DEEP) + "}", 'arguments" of fs_read is not valid JSON'),
         ('{"name": "fs_read", "arguments": ' + json.dumps('{"n": ' + HUGE_INT + "}") + "}", "more than 4300 digits"),
     ],
 )

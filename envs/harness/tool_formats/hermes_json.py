@@ -39,24 +39,23 @@ TEMPLATE = TemplatePieces(
 
 def parse_tool_call(body: str) -> ToolCall:
     """One ``<tool_call>`` body → ``ToolCall``; raises ValueError with a message the model can act on."""
-    try:
-        payload = parse_json(body)
-    except JsonError as error:
-        raise ValueError(f"the tool call is not valid JSON ({error}): {body.strip()[:200]}") from None
-    if not isinstance(payload, dict):
-        raise ValueError(f"the tool call must be a JSON object, got {type(payload).__name__}")
+    payload = _json_object(body, "the tool call")
     name = payload.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ValueError('the tool call has no "name" (a non-empty string naming the tool)')
-    arguments = payload.get("arguments", {})
-    if isinstance(arguments, str):
+    return ToolCall(name.strip(), _json_object(payload.get("arguments", {}), f'"arguments" of {name}'))
+
+
+def _json_object(value: Any, what: str) -> dict[str, Any]:
+    """``value`` as a JSON object; a string is parsed first (models write ``arguments`` either way)."""
+    if isinstance(value, str):
         try:
-            arguments = parse_json(arguments)
+            value = parse_json(value)
         except JsonError as error:
-            raise ValueError(f'"arguments" of {name} is a string that is not JSON: {error}') from None
-    if not isinstance(arguments, dict):
-        raise ValueError(f'"arguments" of {name} must be a JSON object, got {type(arguments).__name__}')
-    return ToolCall(name.strip(), arguments)
+            raise ValueError(f"{what} is not valid JSON ({error}): {value.strip()[:200]}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 class HermesJson:

@@ -39,7 +39,7 @@ def test_malformed_json_is_a_parse_error_and_no_call_runs():
         ('{"arguments": {"k": 1}}', 'no "name"'),
         ('{"name": "", "arguments": {}}', 'no "name"'),
         ('{"name": "a_x", "arguments": [1, 2]}', "must be a JSON object, got list"),
-        ('{"name": "a_x", "arguments": "not json"}', "is a string that is not JSON"),
+        ('{"name": "a_x", "arguments": "not json"}', 'arguments" of a_x is not valid JSON'),
         ("[1, 2]", "must be a JSON object, got list"),
     ],
 )
