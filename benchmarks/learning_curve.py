@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -90,6 +91,22 @@ def overfit_subset(
         rollouts = Rollouts(envs_for, agent, seed=config.seed + 2)
         varied = asyncio.run(tasks_with_variance(rollouts, tasks, n))
     return varied[:size]
+
+
+def loop_settings(spec: BootstrapSpec, args: argparse.Namespace, checkpoint_every: int) -> dict[str, Any]:
+    """The loop fields the learning benchmarks share: ``args``' group shape, steps and Adam ``lr`` with the hero
+    algorithm, the base's harness and apps, room in the engine for every worker's group."""
+    return dict(
+        prompts_per_step=args.prompts,
+        samples_per_prompt=args.samples,
+        steps=args.steps,
+        harness=harness_config(spec),
+        trainer=TrainerConfig(lr=args.lr, algorithm=AlgorithmConfig()),
+        apps=spec.apps,
+        eval_samples=args.eval_samples,
+        checkpoint_every=checkpoint_every,
+        max_num_seqs=max(args.prompts, args.workers) * args.samples,
+    )
 
 
 def moving_average(values: list[float], window: int = WINDOW) -> list[float]:
@@ -230,17 +247,7 @@ def main() -> None:
     candidates = [t for t in select_tasks(load_tasks(args.data), spec) if t.split is Split.TRAIN]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out / stamp
-    common = dict(
-        prompts_per_step=args.prompts,
-        samples_per_prompt=args.samples,
-        steps=args.steps,
-        harness=harness_config(spec),
-        trainer=TrainerConfig(lr=args.lr, algorithm=AlgorithmConfig()),
-        apps=spec.apps,
-        eval_samples=args.eval_samples,
-        checkpoint_every=0,
-        max_num_seqs=max(args.prompts, args.workers) * args.samples,
-    )
+    common = loop_settings(spec, args, checkpoint_every=0)
     screen_config = SyncLoopConfig(**common | {"tasks": TaskFilter(tier=None, split=None)})
     varied = overfit_subset(base_dir, screen_config, worlds, candidates, len(candidates), args.eval_samples)
     train = varied[: args.tasks]

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 import transformers
-from learning_curve import overfit_subset, print_step
+from learning_curve import loop_settings, overfit_subset, print_step
 from trl_bridge import first_prompt_matches, grade_rewards, system_prompt, tool_environment, trl_tokenizer
 
 from envs.apps.base import World
@@ -51,10 +51,8 @@ from envs.types import Split, TaskSpec
 from evals.compare import paired_comparison
 from evals.types import Metric, TrialResult
 from flows.config.profile import load_profile
-from trainer.algorithms import AlgorithmConfig
 from trainer.bootstrap import BootstrapReport, bootstrap, harness_config, select_tasks
 from trainer.engine import Engine
-from trainer.local import TrainerConfig
 from trainer.local.checkpoint import POLICY_DIR
 from trainer.loops import (
     AsyncLoopConfig,
@@ -292,17 +290,7 @@ def main() -> None:
     spec = BootstrapReport.model_validate_json((base / "bootstrap.json").read_text()).spec
     worlds, tasks = data / "worlds", select_tasks(load_tasks(data), spec)
     out = args.out / time.strftime("%Y%m%d-%H%M%S")
-    common = dict(
-        prompts_per_step=args.prompts,
-        samples_per_prompt=args.samples,
-        steps=args.steps,
-        harness=harness_config(spec),
-        trainer=TrainerConfig(lr=args.lr, algorithm=AlgorithmConfig()),
-        apps=spec.apps,
-        eval_samples=args.eval_samples,
-        checkpoint_every=args.eval_every,
-        max_num_seqs=max(args.prompts, args.workers) * args.samples,
-    )
+    common = loop_settings(spec, args, checkpoint_every=args.eval_every)
     screen = SyncLoopConfig(**common | {"tasks": TaskFilter(tier=None, split=None)})
     candidates = [t for t in tasks if t.split is Split.TRAIN]
     train = overfit_subset(base, screen, worlds, candidates, args.tasks, args.eval_samples)
