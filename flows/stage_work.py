@@ -26,7 +26,7 @@ from evals.records import EvalResult
 from evals.spec import HarnessKind, JudgeSpec
 from flows.config import HeroRetention
 from flows.inputs import StageInputs
-from flows.placement import ENGINES, TRAINERS, cluster_target, shared_root
+from flows.placement import ENGINES, TRAINERS, FleetRequest, cluster_target, shared_root
 from flows.stage import StageRun
 from tasks.context import StageScope
 from tasks.engine import EngineSettings, training_engines
@@ -83,7 +83,9 @@ class StageWork:
         config, store = self.run.config, self.run.store
         engine, target = config.engine, cluster_target(config, store)
         backend = ENGINES[config.backends.engine]
-        fleet = backend.fleet(config, store, lambda: policy or self.inputs.base_policy(), max_model_len, target)
+        fleet = backend.fleet(
+            FleetRequest(config, store, lambda: policy or self.inputs.base_policy(), max_model_len, target)
+        )
         return EngineSettings(
             max_model_len=max_model_len,
             max_num_seqs=engine.max_num_seqs,
