@@ -216,6 +216,11 @@ class TaskSpec(_Contract):
             raise ValueError(f"must not contain path separators: {value!r}")
         return value
 
+    @property
+    def needs_judge(self) -> bool:
+        """Some rubric criterion is ``llm_judge``: grading the task takes a judge."""
+        return any(isinstance(criterion, LlmJudge) for criterion in self.rubric)
+
 
 # --- grading ---------------------------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import httpx
 from envs.harness.agent import EnvsForTask
 from envs.harness.chat import initial_messages, prompt_ids
 from envs.tokens import bearer_keys
-from envs.types import LlmJudge, TaskSpec
+from envs.types import TaskSpec
 from evals.errors import EvalConfigError
 from evals.resolved_harness import ResolvedHarness
 from evals.spec import EngineSpec, EvalSpec
@@ -47,7 +47,7 @@ def served_models(
 
 def check_judge(spec: EvalSpec, tasks: list[TaskSpec]) -> None:
     """Tasks whose rubric needs a judge get one, and the environment holds its keys: else no trial could be graded."""
-    judged = [task.task_id for task in tasks if any(isinstance(c, LlmJudge) for c in task.rubric)]
+    judged = [task.task_id for task in tasks if task.needs_judge]
     if judged and spec.judge is None:
         raise EvalConfigError(
             f"{len(judged)} task(s) have llm_judge criteria (e.g. {judged[0]}) and no judge is configured; pass "

@@ -98,7 +98,7 @@ def derisk(run: str, runs_root: str = str(DEFAULT_RUNS_ROOT)) -> dict:
             derisk_tasks.base_rollouts(work.scope, job, config.sandbox.pool_per_world, variants)
             stage.validate(Suite.TRAJECTORIES)
         with stage.timed("judge_sanity"):
-            judged_heldout = [t for t in heldout if _is_judged(t)]
+            judged_heldout = [t for t in heldout if t.needs_judge]
             base = EvalJob("judge_sanity", "base", Path(policy), judged_heldout, HarnessKind.MCP, 1, settings, engine)
             judge = _judge_sanity(work, base, _judged(everything))
 
@@ -114,12 +114,8 @@ class JudgeSanity:
     not_run: str = ""
 
 
-def _is_judged(task: TaskSpec) -> bool:
-    return any(criterion.kind == "llm_judge" for criterion in task.rubric)
-
-
 def _judged(tasks: list[TaskSpec]) -> int:
-    return sum(map(_is_judged, tasks))
+    return sum(task.needs_judge for task in tasks)
 
 
 def _judge_sanity(work: StageWork, base: EvalJob, judged: int) -> JudgeSanity:
