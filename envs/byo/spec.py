@@ -257,7 +257,7 @@ def load_task_file(path: Path, environment: str, world_ids: set[str]) -> list[Ta
             raise EnvironmentFileError(f"{where}: not JSON: {error}") from None
         except ValidationError as error:
             raise EnvironmentFileError(f"{where}: {_errors(error)}") from None
-        if row.split is Split.TRAIN and row.needs_judge:
+        if row.split is Split.TRAIN and any(criterion.kind == "llm_judge" for criterion in row.rubric):
             raise EnvironmentFileError(
                 f"{where}: a train task cannot have an llm_judge criterion: training and de-risk rollouts are graded "
                 "without a judge (give it answer or file checks; a held-out task's llm_judge is graded by the "
