@@ -25,6 +25,8 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@# Test data from a registry package: qwen-agent's wheel ships Qwen's BPE ranks (qwen.tiktoken), from which
 	@# tests/trainer/test_hf_checkpoint.py builds Qwen's real tokenizer (no hub here); none of its code is imported.
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps qwen-agent==0.0.34
+	@# The engine's decode-attention kernel, compiled once here (~20 s) rather than in the first engine that needs it.
+	$(PY) -m trainer.engine.kernels
 	@touch $(STAMP)
 
 install: $(STAMP)

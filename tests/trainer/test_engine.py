@@ -10,14 +10,13 @@ from torch._dynamo.utils import counters
 from transformers import Qwen3ForCausalLM
 
 from trainer.engine import Engine, EngineConfig, EngineRequestError, FinishReason, PauseMode, SamplingParams
-from trainer.engine import engine as engine_module
+from trainer.engine import forward as forward_module
 from trainer.engine.engine import width_buckets
 from trainer.engine.forward import (
     KVPool,
     ModelWeights,
     compiled_decode_step,
     decode,
-    decode_runs,
     decode_step,
     forward,
 )
@@ -343,8 +342,12 @@ def test_a_failing_compiled_step_falls_back_to_eager_with_the_same_tokens(policy
     assert "decoding eagerly" in caplog.text and "C++ compile failed" in caplog.text
 
 
-def test_decode_step_equals_the_general_forward(policy, prompts):
-    """The pure decode step (cache read-only, own key attended separately) against `forward` with T = 1."""
+@pytest.mark.parametrize("attention", ["kernel", "torch"])
+def test_decode_step_equals_the_general_forward(policy, prompts, attention, monkeypatch):
+    """The pure decode step (cache read-only, own key attended separately) against `forward` with T = 1, with the C++
+    decode kernel and with `attend` (what a machine without a compiler runs)."""
+    if attention == "torch":
+        monkeypatch.setattr(forward_module, "decode_attention_op", lambda: None)
     model, _ = policy
     weights = ModelWeights.from_hf(model, 64)
     pools = [KVPool(weights, n_slots=3, initial_capacity=8) for _ in range(2)]
@@ -401,21 +404,18 @@ def test_kv_pool_release_moves_the_last_slot_into_the_hole(policy):
 
 
 @pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["eager", "compiled"])
-def test_a_ragged_batch_decodes_in_runs_with_hf_generates_tokens(policy, compile, monkeypatch):
-    """Enough rows of different lengths that a decode step is cut into runs (each reading the cache up to its own
-    longest row), rows finishing and refilled mid-way (the runs re-sorted): every request's greedy tokens are what
-    transformers' generate gives it alone, and its logprobs a plain forward's."""
+def test_a_ragged_batch_decodes_hf_generates_tokens(policy, compile):
+    """Rows of different lengths in one decode batch (each attending only to its own cached keys), rows finishing and
+    refilled mid-way: every request's greedy tokens are what transformers' generate gives it alone, and its logprobs a
+    plain forward's."""
     if compile and shutil.which("c++") is None:
         pytest.skip("torch.compile's C++ backend needs a C++ compiler")
     model, tok = policy
     words = tok.encode(" ".join(CORPUS))
     prompts = [words[: 1 + (37 * i) % 150] for i in range(36)]
     lengths = [4 + (11 * i) % 29 for i in range(36)]
-    cut = []
-    monkeypatch.setattr(engine_module, "decode_runs", lambda positions: cut.append(decode_runs(positions)) or cut[-1])
     with Engine(model, tok, EngineConfig(max_num_seqs=20, compile=compile)) as eng:
         results = run(gather(eng, prompts, [GREEDY.model_copy(update={"max_tokens": n}) for n in lengths]))
-    assert any(len(runs) > 1 for runs in cut) and any(len(runs) == 1 for runs in cut)
     for prompt, n, result in zip(prompts, lengths, results, strict=True):
         assert result.token_ids_T == hf_greedy(model, prompt, n)
         deltas = (hf_logprobs(model, prompt, result.token_ids_T) - torch.tensor(result.logprobs_T)).abs()

@@ -52,10 +52,8 @@ from trainer.engine.forward import (
     ModelWeights,
     compiled_decode_step,
     decode,
-    decode_runs,
     decode_step,
     forward,
-    keys_read,
 )
 from trainer.engine.prefix_cache import PrefixCache, PrefixHit
 from trainer.engine.sampling import sample_batch
@@ -65,7 +63,6 @@ _T = TypeVar("_T")
 logger = logging.getLogger(__name__)
 _UNIFORM_BLOCK = 64
 _BUCKET_WIDTH_RATIO = 1.25
-_RESORT_READS = 1.25
 
 
 def width_buckets(widths: Sequence[int], ratio: float = _BUCKET_WIDTH_RATIO) -> list[tuple[int, int]]:
@@ -390,28 +387,11 @@ class Engine:
             self._sample(seqs[start:stop], logits_BV)
 
     def _decode(self, seqs: list[_Sequence]) -> None:
-        """One token for each of `seqs` (slots 0 .. len(seqs) - 1), the batch cut into runs that read the cache only
-        up to their own longest row (`decode_runs`)."""
-        positions = [len(s.prompt) + len(s.token_ids) - 1 for s in seqs]
-        runs = decode_runs(positions)
-        if len(runs) > 1:
-            # Longest first: a finished request's slot is refilled by the last one, here one of the shortest, so no
-            # run's longest grows; new requests join at the end in any order, and the runs are re-sorted once the
-            # order costs a quarter more reads than sorted would.
-            order = sorted(range(len(seqs)), key=positions.__getitem__, reverse=True)
-            sorted_runs = decode_runs([positions[b] for b in order])
-            if keys_read(runs) > _RESORT_READS * keys_read(sorted_runs):
-                self._pool.reorder(order, max(positions))
-                seqs = [seqs[b] for b in order]
-                positions = [positions[b] for b in order]
-                for slot, seq in enumerate(seqs):
-                    seq.slot = slot
-                self._running[: len(seqs)] = seqs
-                runs = sorted_runs
+        """One token for each of `seqs` (slots 0 .. len(seqs) - 1)."""
         device = self._weights.embed.device
         tokens_B = torch.tensor([s.token_ids[-1] for s in seqs], device=device)
-        pos_B = torch.tensor(positions, device=device)
-        self._sample(seqs, decode(self._weights, self._pool, 0, tokens_B, pos_B, self._guarded_decode_step, runs))
+        pos_B = torch.tensor([len(s.prompt) + len(s.token_ids) - 1 for s in seqs], device=device)
+        self._sample(seqs, decode(self._weights, self._pool, 0, tokens_B, pos_B, self._guarded_decode_step))
 
     def _guarded_decode_step(self, *args: Any) -> tuple[Tensor, Tensor, Tensor]:
         """The configured decode step; a compiled one that fails (no compiler, an inductor bug) is replaced by the

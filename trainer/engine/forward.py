@@ -22,7 +22,7 @@ position p only sees keys at positions <= p and a later real token overwrites th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ import torch.fx.experimental._config as fx_config
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import Qwen3ForCausalLM
+
+from trainer.engine.kernels import DecodeAttention, decode_attention_op
 
 
 @dataclass(frozen=True)
@@ -202,16 +204,6 @@ class KVPool:
         grown_v[:, :, :, : self.capacity] = self.v
         self._set_caches(grown_k, grown_v)
 
-    @torch.inference_mode()
-    def reorder(self, order: Sequence[int], length: int) -> None:
-        """Slot i takes the sequence of slot order[i] (`order` permutes slots 0 .. len(order) - 1); only the first
-        `length` positions are copied, as nothing later is live. Layer by layer: the gather's temporary copy then
-        stays cache-sized (64 rows × 704 positions × 4 layers: 31 ms, where one gather over all layers took 71)."""
-        index = torch.tensor(order, device=self.k.device)
-        for cache in (self.k, self.v):
-            for layer in cache:
-                layer[: len(order), :, :length] = layer[index, :, :length]
-
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """w * x / sqrt(mean(x^2, last axis) + eps), in fp32 like transformers' Qwen3RMSNorm."""
@@ -270,42 +262,22 @@ def forward(
     return F.linear(rms_norm(x_last, w.final_norm, w.eps), w.lm_head).float()
 
 
-Runs = tuple[tuple[int, int], ...]
-"""A decode batch cut into runs of consecutive rows, (end, n_past) each: run j is rows end_{j-1} .. end_j - 1
-(end_{-1} = 0) and reads its rows' first n_past cached positions, n_past = the run's largest position."""
-
-DECODE_RUNS = 4
-MIN_RUN_ROWS = 4
-
-
-def decode_runs(positions_B: Sequence[int], n_runs: int = DECODE_RUNS) -> Runs:
-    """Rows cut into `n_runs` runs of equal size (± 1) in their given order, each reading up to its own longest row.
-
-    Attention reads sum_j rows_j * n_past_j cached keys instead of B * max(positions_B): with rows sorted by position,
-    what each row needs, give or take the spread within its run. Fewer than n_runs * MIN_RUN_ROWS rows are one run:
-    small batches read little, and the compiled step specialises runs of 0 or 1 rows (each one more compilation).
-    """
-    B = len(positions_B)
-    n = n_runs if n_runs * MIN_RUN_ROWS <= B else 1
-    ends = [B * (j + 1) // n for j in range(n)]
-    return tuple((end, max(positions_B[start:end])) for start, end in zip([0, *ends[:-1]], ends, strict=True))
-
-
-def keys_read(runs: Runs) -> int:
-    """Cached positions a decode step over `runs` reads per layer and kv head: sum_j (end_j - end_{j-1}) * n_past_j."""
-    starts = [0, *(end for end, _ in runs[:-1])]
-    return sum((end - start) * n_past for start, (end, n_past) in zip(starts, runs, strict=True))
-
-
 def attend(
-    q_BKGD: Tensor, past_k_BKND: Tensor, past_v_BKND: Tensor, bias_B11N: Tensor, k_BK1D: Tensor, v_BK1D: Tensor
+    q_BKGD: Tensor, past_k_BKND: Tensor, past_v_BKND: Tensor, past_len_B: Tensor, k_BK1D: Tensor, v_BK1D: Tensor
 ) -> Tensor:
-    """One query per row over its N cached keys (`bias_B11N`: 0, or -inf past the row's own length) and its own new
-    key, G query heads per kv head:
+    """One query per row over its first past_len_B[b] cached keys (of N; later ones masked) and its own new key, G
+    query heads per kv head — the decode kernel's contract (`kernels.py`) in torch, for a machine without the kernel:
 
         softmax([q·K_past / sqrt(D) + bias, q·k_new / sqrt(D)]) @ [V_past; v_new]    → [B, kv_heads, G, D]
+
+    with bias 0 at positions < past_len_B[b] and -inf after. Reads every row up to N, where the kernel stops at each
+    row's own length.
     """
     n_past = past_k_BKND.shape[2]
+    future_BN = torch.arange(n_past, device=past_len_B.device)[None, :] >= past_len_B[:, None]
+    bias_B11N = torch.zeros(future_BN.shape, dtype=q_BKGD.dtype, device=q_BKGD.device).masked_fill(
+        future_BN, float("-inf")
+    )[:, None, None, :]
     scores = torch.cat(
         (
             torch.matmul(q_BKGD, past_k_BKND.transpose(-1, -2)) + bias_B11N,
@@ -318,14 +290,20 @@ def attend(
 
 
 def decode_step(
-    w: ModelWeights, k_cache: Tensor, v_cache: Tensor, first_slot: int, tokens_B: Tensor, pos_B: Tensor, runs: Runs
+    w: ModelWeights,
+    k_past: Tensor,
+    v_past: Tensor,
+    tokens_B: Tensor,
+    pos_B: Tensor,
+    attention: DecodeAttention | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One new token per row (row b → KV slot first_slot + b, at position pos_B[b]), the decode half of `forward`.
+    """One new token per row at position pos_B[b], the decode half of `forward`. `k_past`/`v_past`: the rows' caches,
+    [layers, B, kv_heads, N, head_dim] with N > max(pos_B); row b attends to its first pos_B[b] cached positions and
+    to its own new key, through `attention` — the C++ kernel (`kernels.decode_attention_op`), which reads each row only
+    up to its own length — or, when None, `attend` in torch.
 
     Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`decode` stores the new
-    keys/values afterwards). Row b attends to its cached keys at positions < pos_B[b] and to its own new key
-    (`attend`); each run of rows (`Runs`) reads the cache up to its own n_past, later positions masked, so a batch
-    of short and long sequences is not read to its longest everywhere.
+    keys/values afterwards).
 
     Returns fp32 logits [B, V] and the new keys and values, [layers, B * kv_heads, head_dim] each (row b * kv_heads + h
     is head h of row b).
@@ -334,13 +312,6 @@ def decode_step(
     H, KV, D = w.n_heads, w.n_kv_heads, w.head_dim
     cos_B1D = w.cos_PD[pos_B][:, None]
     sin_B1D = w.signed_sin_PD[pos_B][:, None]
-    spans = []  # (first row, row after the last, n_past, the run's mask bias [rows, 1, 1, n_past])
-    for start, (end, n_past) in zip([0, *(end for end, _ in runs[:-1])], runs, strict=True):
-        future_RN = torch.arange(n_past, device=pos_B.device)[None, :] >= pos_B[start:end, None]
-        bias_RN = torch.zeros(future_RN.shape, dtype=cos_B1D.dtype, device=pos_B.device).masked_fill(
-            future_RN, float("-inf")
-        )
-        spans.append((start, end, n_past, bias_RN[:, None, None, :]))
     new_k, new_v = [], []
     x = F.embedding(tokens_B, w.embed)
     lw = w.layers
@@ -349,19 +320,10 @@ def decode_step(
         qk = apply_rope(rms_norm(qkv[:, : H + KV], lw.qk_norm[i], w.eps), cos_B1D, sin_B1D)
         q_BKGD = qk[:, :H].reshape(B, KV, H // KV, D)
         k_BK1D, v_BK1D = qk[:, H:, None], qkv[:, H + KV :, None]
-        attn = torch.cat(
-            [
-                attend(
-                    q_BKGD[start:end],
-                    k_cache[i, first_slot + start : first_slot + end, :, :n_past],
-                    v_cache[i, first_slot + start : first_slot + end, :, :n_past],
-                    bias,
-                    k_BK1D[start:end],
-                    v_BK1D[start:end],
-                )
-                for start, end, n_past, bias in spans
-            ]
-        )
+        if attention is None:
+            attn = attend(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D)
+        else:
+            attn = attention(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D, D**-0.5)
         x = x + F.linear(attn.reshape(B, H * D), lw.o_proj[i])
         gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
         x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
@@ -371,7 +333,9 @@ def decode_step(
     return logits_BV, torch.stack(new_k).view(w.n_layers, B * KV, D), torch.stack(new_v).view(w.n_layers, B * KV, D)
 
 
-DecodeStep = Callable[[ModelWeights, Tensor, Tensor, int, Tensor, Tensor, Runs], tuple[Tensor, Tensor, Tensor]]
+DecodeStep = Callable[
+    [ModelWeights, Tensor, Tensor, Tensor, Tensor, DecodeAttention | None], tuple[Tensor, Tensor, Tensor]
+]
 
 
 @functools.cache
@@ -404,20 +368,21 @@ def compiled_decode_step() -> DecodeStep:
 
 @torch.inference_mode()
 def decode(
-    w: ModelWeights,
-    pool: KVPool,
-    first_slot: int,
-    tokens_B: Tensor,
-    pos_B: Tensor,
-    step: DecodeStep = decode_step,
-    runs: Runs | None = None,
+    w: ModelWeights, pool: KVPool, first_slot: int, tokens_B: Tensor, pos_B: Tensor, step: DecodeStep = decode_step
 ) -> Tensor:
-    """`forward` for one token per row: run `step` (`decode_step` or a compiled copy), store its keys and values at
-    (slot, pos_B) and return fp32 logits [B, V]. `runs` default: one run reading max(pos_B) positions."""
+    """`forward` for one token per row: run `step` (`decode_step` or a compiled copy) over the rows' slots, with the
+    decode kernel when it is built, store its keys and values at (slot, pos_B) and return fp32 logits [B, V]."""
     B, KV = tokens_B.shape[0], w.n_kv_heads
-    runs = ((B, int(pos_B.max())),) if runs is None else runs
-    pool.ensure_capacity(max(n_past for _, n_past in runs) + 1)
-    logits_BV, k_LND, v_LND = step(w, pool.k, pool.v, first_slot, tokens_B, pos_B, runs)
+    attention = decode_attention_op()
+    longest = int(pos_B.max())
+    pool.ensure_capacity(longest + 1)
+    # The kernel stops at each row's own length, so it gets the whole capacity; `attend` reads up to the longest row.
+    n_past = pool.capacity if attention is not None else longest
+    slots = slice(first_slot, first_slot + B)
+    k_past, v_past = pool.k[:, slots, :, :n_past], pool.v[:, slots, :, :n_past]
+    for past in (k_past, v_past):
+        torch._dynamo.mark_static(past, [0, 2, 4])
+    logits_BV, k_LND, v_LND = step(w, k_past, v_past, tokens_B, pos_B, attention)
     # One index_copy_ per cache over its [layers, slots * kv_heads * capacity, head_dim] view: the row of (slot s,
     # head h, position p) is (s * kv_heads + h) * capacity + p.
     heads_BK = first_slot * KV + torch.arange(B * KV, device=pos_B.device).view(B, KV)

@@ -1,0 +1,109 @@
+"""The engine's C++ decode-attention kernel (trainer/engine/kernels.py) against `forward.attend`, its contract in
+torch: values, rows of any length, grouped-query heads, strided caches, batch invariance, bad input, and the build."""
+
+import shutil
+
+import pytest
+import torch
+
+from trainer.engine import kernels
+from trainer.engine.forward import attend
+
+pytestmark = pytest.mark.skipif(not shutil.which(kernels.COMPILER), reason="the kernel needs a C++ compiler")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    op = kernels.decode_attention_op()
+    assert op is not None, "the kernel did not build on a machine with a compiler"
+    return op
+
+
+def random_batch(rows: int, kv_heads: int, groups: int, head_dim: int, capacity: int, lengths: list[int], seed=0):
+    """q, the caches as a view of a larger pool (rows start at slot 2, capacity past the longest row), new k/v."""
+    g = torch.Generator().manual_seed(seed)
+    pool_k = torch.randn(rows + 3, kv_heads, capacity, head_dim, generator=g)
+    pool_v = torch.randn(rows + 3, kv_heads, capacity, head_dim, generator=g)
+    q = torch.randn(rows, kv_heads, groups, head_dim, generator=g)
+    k_new = torch.randn(rows, kv_heads, 1, head_dim, generator=g)
+    v_new = torch.randn(rows, kv_heads, 1, head_dim, generator=g)
+    return q, pool_k[2 : 2 + rows], pool_v[2 : 2 + rows], torch.tensor(lengths), k_new, v_new
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "groups", "head_dim"),
+    [(1, 1, 64), (2, 3, 64), (1, 4, 80)],  # the local base; grouped-query heads; a head_dim that is not a multiple of 16
+)
+def test_the_kernel_equals_attention_in_torch(kernel, kv_heads, groups, head_dim):
+    lengths = [0, 1, 17, 300, 512]  # no cached key (only its own), one, many, the whole capacity
+    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(5, kv_heads, groups, head_dim, 512, lengths)
+    out = kernel(q, k_cache, v_cache, past_len, k_new, v_new, head_dim**-0.5)
+    reference = attend(q, k_cache, v_cache, past_len, k_new, v_new)
+    assert out.shape == (5, kv_heads, groups, head_dim)
+    assert (out - reference).abs().max() < 1e-5
+
+
+def test_a_rows_output_does_not_depend_on_the_rest_of_the_batch(kernel):
+    """Rows are independent tasks: the same row alone and inside a batch gives the same bits (a batched matmul does
+    not promise this: its blocking follows the batch's shape)."""
+    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(6, 2, 2, 64, 256, [5, 250, 31, 0, 128, 77])
+    batch = kernel(q, k_cache, v_cache, past_len, k_new, v_new, 0.125)
+    for b in range(6):
+        row = slice(b, b + 1)
+        alone = kernel(q[row], k_cache[row], v_cache[row], past_len[row], k_new[row], v_new[row], 0.125)
+        assert torch.equal(alone[0], batch[b])
+
+
+def test_bfloat16_accumulates_in_fp32(kernel):
+    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(3, 1, 2, 64, 128, [100, 3, 128])
+    half = [t.bfloat16() for t in (q, k_cache, v_cache)] + [past_len] + [t.bfloat16() for t in (k_new, v_new)]
+    out = kernel(*half, 0.125)
+    reference = attend(*(t.float() if t.is_floating_point() else t for t in half))
+    assert out.dtype == torch.bfloat16 and (out.float() - reference).abs().max() < 1e-2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: {**a, "past_len": torch.tensor([3, 129])}, "outside the cache's 0..128"),
+        (lambda a: {**a, "past_len": torch.tensor([3, -1])}, "outside the cache's 0..128"),
+        (lambda a: {**a, "past_len": torch.tensor([3.0, 4.0])}, "past_len must be int64"),
+        (lambda a: {**a, "k_cache": a["k_cache"].double()}, "must share a dtype"),
+        (lambda a: {**a, "v_cache": a["v_cache"][:, :, :64]}, "v_cache"),
+        (lambda a: {**a, "k_cache": a["k_cache"].transpose(2, 3)}, "head_dim must be contiguous"),
+        (lambda a: {**a, "q": a["q"][:, :, 0]}, "q must be [rows, kv_heads, groups, head_dim]"),
+    ],
+    ids=["too long", "negative", "float lengths", "dtype", "v shape", "strided head_dim", "q rank"],
+)
+def test_bad_input_is_a_clear_error(kernel, change, message):
+    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(2, 1, 1, 64, 128, [3, 4])
+    args = change(dict(q=q, k_cache=k_cache, v_cache=v_cache, past_len=past_len, k_new=k_new, v_new=v_new))
+    with pytest.raises(RuntimeError, match=message.replace(".", r"\.").replace("[", r"\[")):
+        kernel(*args.values(), 0.125)
+
+
+def test_a_failed_build_says_why_and_leaves_no_library(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels, "COMPILER", str(tmp_path / "no-such-c++"))
+    target = tmp_path / "cache" / "decode_attention.so"
+    with pytest.raises(kernels.KernelBuildError, match="no-such-c\\+\\+"):
+        kernels.build(target)
+    assert list(target.parent.iterdir()) == []  # the temporary output is removed too
+
+
+def test_a_compile_error_is_reported_with_the_compilers_message(tmp_path, monkeypatch):
+    broken = tmp_path / "decode_attention.cpp"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(kernels, "SOURCE", broken)
+    target = tmp_path / "cache" / "decode_attention.so"
+    with pytest.raises(kernels.KernelBuildError, match="compiling decode_attention.cpp failed"):
+        kernels.build(target)
+    assert not target.exists()
+
+
+def test_the_build_folder_is_named_by_the_source(tmp_path, monkeypatch):
+    """A changed kernel source gets a new build, never the old library under the same name."""
+    before = kernels.kernel_path()
+    edited = tmp_path / "decode_attention.cpp"
+    edited.write_text(kernels.SOURCE.read_text() + "\n// edited\n")
+    monkeypatch.setattr(kernels, "SOURCE", edited)
+    assert kernels.kernel_path() != before and kernels.kernel_path().parent.parent == before.parent.parent

@@ -1,0 +1,134 @@
+// One decode step's attention, each row reading exactly its own cached keys: see trainer/engine/kernels.py.
+//
+// For row b and kv head h, with n = past_len[b] cached positions and the G query heads that share h:
+//
+//   out[b, h, g] = softmax([q·K[0..n) , q·k_new] * scale) @ [V[0..n) ; v_new]
+//
+// One task per (row, kv head): its keys and values are streamed once, for all G query heads, in position order (two
+// passes: scores, then the weighted sum of values), and nothing past the row's own length is read — unlike a batched
+// matmul over the cache, which reads every row up to the batch's longest and masks the rest.
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kLanes = 16;  // independent partial sums per dot product, so the compiler vectorises it
+
+template <typename scalar_t>
+inline float dot(const float* q, const scalar_t* k, int64_t dim) {
+  float lanes[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= dim; d += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += q[d + l] * static_cast<float>(k[d + l]);
+  }
+  float sum = 0.f;
+  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  for (; d < dim; ++d) sum += q[d] * static_cast<float>(k[d]);
+  return sum;
+}
+
+template <typename scalar_t>
+inline void add_scaled(float* out, const scalar_t* v, float weight, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) out[d] += weight * static_cast<float>(v[d]);
+}
+
+template <typename scalar_t>
+void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                             const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new,
+                             double scale, at::Tensor& out) {
+  const int64_t rows = q.size(0), kv_heads = q.size(1), groups = q.size(2), dim = q.size(3);
+  const int64_t* lengths = past_len.data_ptr<int64_t>();
+  const scalar_t* q_data = q.data_ptr<scalar_t>();
+  const scalar_t* kc = k_cache.data_ptr<scalar_t>();
+  const scalar_t* vc = v_cache.data_ptr<scalar_t>();
+  const scalar_t* kn = k_new.data_ptr<scalar_t>();
+  const scalar_t* vn = v_new.data_ptr<scalar_t>();
+  scalar_t* out_data = out.data_ptr<scalar_t>();
+  const int64_t cache_row = k_cache.stride(0), cache_head = k_cache.stride(1), cache_pos = k_cache.stride(2);
+  const int64_t v_row = v_cache.stride(0), v_head = v_cache.stride(1), v_pos = v_cache.stride(2);
+  const int64_t longest = *std::max_element(lengths, lengths + rows);
+  const float scale_f = static_cast<float>(scale);
+
+  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> query(groups * dim), acc(groups * dim), scores(groups * (longest + 1));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / kv_heads, h = task % kv_heads, n = lengths[b];
+      const scalar_t* keys = kc + b * cache_row + h * cache_head;
+      const scalar_t* values = vc + b * v_row + h * v_head;
+      const scalar_t* key_new = kn + task * dim;
+      const scalar_t* value_new = vn + task * dim;
+      for (int64_t i = 0; i < groups * dim; ++i) query[i] = static_cast<float>(q_data[task * groups * dim + i]) * scale_f;
+      // scores[g * (n + 1) + j]: position j < n of the cache, then the new key at j = n.
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t g = 0; g < groups; ++g) scores[g * (n + 1) + j] = dot(&query[g * dim], keys + j * cache_pos, dim);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        float* row_scores = &scores[g * (n + 1)];
+        row_scores[n] = dot(&query[g * dim], key_new, dim);
+        const float top = *std::max_element(row_scores, row_scores + n + 1);
+        float total = 0.f;
+        for (int64_t j = 0; j <= n; ++j) {
+          row_scores[j] = std::exp(row_scores[j] - top);
+          total += row_scores[j];
+        }
+        const float inv_total = 1.f / total;
+        for (int64_t j = 0; j <= n; ++j) row_scores[j] *= inv_total;
+      }
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t g = 0; g < groups; ++g) add_scaled(&acc[g * dim], values + j * v_pos, scores[g * (n + 1) + j], dim);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        add_scaled(&acc[g * dim], value_new, scores[g * (n + 1) + n], dim);
+        for (int64_t d = 0; d < dim; ++d) out_data[(task * groups + g) * dim + d] = static_cast<scalar_t>(acc[g * dim + d]);
+      }
+    }
+  });
+}
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new,
+                            double scale) {
+  TORCH_CHECK(q.dim() == 4, "q must be [rows, kv_heads, groups, head_dim], got ", q.sizes());
+  TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, "k_cache/v_cache must be [rows, kv_heads, positions, head_dim]");
+  TORCH_CHECK(k_cache.stride(3) == 1 && v_cache.stride(3) == 1, "the caches' head_dim must be contiguous");
+  TORCH_CHECK(k_cache.size(0) == q.size(0) && k_cache.size(1) == q.size(1) && k_cache.size(3) == q.size(3),
+              "k_cache ", k_cache.sizes(), " does not match q ", q.sizes());
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), "v_cache ", v_cache.sizes(), " != k_cache ", k_cache.sizes());
+  TORCH_CHECK(past_len.dtype() == at::kLong && past_len.numel() == q.size(0), "past_len must be int64 [rows]");
+  TORCH_CHECK(k_new.numel() == q.size(0) * q.size(1) * q.size(3) && v_new.numel() == k_new.numel(),
+              "k_new/v_new must hold [rows, kv_heads, head_dim]");
+  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && q.scalar_type() == k_new.scalar_type(),
+              "q, the caches and the new keys/values must share a dtype");
+  const at::Tensor lengths = past_len.contiguous();
+  const int64_t* length = lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < lengths.numel(); ++b) {
+    TORCH_CHECK(0 <= length[b] && length[b] <= k_cache.size(2), "row ", b, "'s past length ", length[b],
+                " is outside the cache's 0..", k_cache.size(2));
+  }
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  if (q.numel() == 0) return out;
+  const at::Tensor q_c = q.contiguous(), k_new_c = k_new.contiguous(), v_new_c = v_new.contiguous();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "decode_attention", [&] {
+    decode_attention_kernel<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, out);
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(rl_recipe, m) {
+  m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor past_len, Tensor k_new, Tensor v_new, "
+        "float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(rl_recipe, CPU, m) { m.impl("decode_attention", &decode_attention); }
