@@ -99,20 +99,24 @@ class XlsxCellEquals(_Contract):
     tol: float = 1e-6
 
 
-class DocxContains(_Contract):
+class _DocumentContains(_Contract):
+    """The text of the document ``path`` contains every item (case-insensitive)."""
+
+    kind: str  # first in the schema and in every dump, as the other criteria; each subclass fixes it
+    path: str
+    items: list[str] = Field(min_length=1)
+
+
+class DocxContains(_DocumentContains):
     """The text of the Word document ``path`` contains every item (case-insensitive)."""
 
     kind: Literal["docx_contains"] = "docx_contains"
-    path: str
-    items: list[str] = Field(min_length=1)
 
 
-class PptxContains(_Contract):
+class PptxContains(_DocumentContains):
     """The text of the slide deck ``path`` contains every item (case-insensitive)."""
 
     kind: Literal["pptx_contains"] = "pptx_contains"
-    path: str
-    items: list[str] = Field(min_length=1)
 
 
 class FileUnchanged(_Contract):

@@ -38,25 +38,33 @@ from tasks.run_store import RunStore, StageManifest, StageStatus
 
 HOSTILE_ERROR = "<img src=x onerror=\"document.title='pwned'\"> '; DROP TABLE trajectories; --"
 SYSTEM = "You are an analyst at a company. Use the tools, then give the final answer."
+
+
+def _task(
+    task_id: str, domain: Domain, tier: Tier, prompt: str, expected: float, criteria: str, split: Split = Split.TRAIN
+) -> TaskSpec:
+    """A sample task: its world is the task id's first two parts ("ib-1-revenue-q1" → "ib-1"), its rubric one
+    number and one judged criterion."""
+    world_id = "-".join(task_id.split("-")[:2])
+    rubric = [AnswerNumeric(expected=expected), LlmJudge(criteria=criteria)]
+    return TaskSpec(
+        task_id=task_id, world_id=world_id, domain=domain, tier=tier, split=split, prompt=prompt, rubric=rubric
+    )
+
+
 TASKS = [
-    TaskSpec(task_id="ib-1-revenue-q1", world_id="ib-1", domain=Domain.INVESTMENT_BANKING, tier=Tier.TOY,
-             prompt="What was Q1 revenue in million USD? Read notes/q1.pdf.",
-             rubric=[AnswerNumeric(expected=412.5), LlmJudge(criteria="cites the source file")]),
-    TaskSpec(task_id="ib-1-margin-model", world_id="ib-1", domain=Domain.INVESTMENT_BANKING, tier=Tier.STANDARD,
-             prompt="Compute the gross margin from model.xlsx and put it on a slide.",
-             rubric=[AnswerNumeric(expected=0.37), LlmJudge(criteria="the slide states the margin")]),
-    TaskSpec(task_id="mc-2-market-size", world_id="mc-2", domain=Domain.MANAGEMENT_CONSULTING, tier=Tier.TOY,
-             prompt="Estimate the market size with the script in tools/size.py.",
-             rubric=[AnswerNumeric(expected=1800.0), LlmJudge(criteria="states the assumptions")]),
-    TaskSpec(task_id="law-1-notice-period", world_id="law-1", domain=Domain.CORPORATE_LAW, tier=Tier.STANDARD,
-             prompt="What notice period does the supply contract require?",
-             rubric=[AnswerNumeric(expected=90.0), LlmJudge(criteria="quotes the clause")]),
-    TaskSpec(task_id="ib-3-ebitda", world_id="ib-3", domain=Domain.INVESTMENT_BANKING, tier=Tier.TOY,
-             split=Split.HELDOUT, prompt="What was EBITDA in 2024? Read notes/ebitda.pdf.",
-             rubric=[AnswerNumeric(expected=96.0), LlmJudge(criteria="cites the source file")]),
-    TaskSpec(task_id="law-3-governing-law", world_id="law-3", domain=Domain.CORPORATE_LAW, tier=Tier.TOY,
-             split=Split.HELDOUT, prompt="Which governing law does the NDA name?",
-             rubric=[AnswerNumeric(expected=1.0), LlmJudge(criteria="names the jurisdiction")]),
+    _task("ib-1-revenue-q1", Domain.INVESTMENT_BANKING, Tier.TOY,
+          "What was Q1 revenue in million USD? Read notes/q1.pdf.", 412.5, "cites the source file"),
+    _task("ib-1-margin-model", Domain.INVESTMENT_BANKING, Tier.STANDARD,
+          "Compute the gross margin from model.xlsx and put it on a slide.", 0.37, "the slide states the margin"),
+    _task("mc-2-market-size", Domain.MANAGEMENT_CONSULTING, Tier.TOY,
+          "Estimate the market size with the script in tools/size.py.", 1800.0, "states the assumptions"),
+    _task("law-1-notice-period", Domain.CORPORATE_LAW, Tier.STANDARD,
+          "What notice period does the supply contract require?", 90.0, "quotes the clause"),
+    _task("ib-3-ebitda", Domain.INVESTMENT_BANKING, Tier.TOY,
+          "What was EBITDA in 2024? Read notes/ebitda.pdf.", 96.0, "cites the source file", Split.HELDOUT),
+    _task("law-3-governing-law", Domain.CORPORATE_LAW, Tier.TOY,
+          "Which governing law does the NDA name?", 1.0, "names the jurisdiction", Split.HELDOUT),
 ]  # fmt: skip
 INVENTED_TOOL = "sheets_read_file"
 """A tool no app has: the last base rollout of each train task tries it first (a model error, not a broken tool)."""
