@@ -43,6 +43,16 @@ def test_the_kernel_equals_attention_in_torch(kernel, kv_heads, groups, head_dim
     assert (out - reference).abs().max() < 1e-5
 
 
+def test_scores_far_apart_give_torchs_softmax(kernel):
+    """Score gaps of hundreds (exp underflows for all but the top keys) and of almost nothing (a flat softmax): the
+    kernel's own exp (Cephes' polynomial, clamped below at exp(-87)) agrees with torch's."""
+    for scale in (40.0, 1e-4):
+        q, k_cache, v_cache, past_len, k_new, v_new = random_batch(4, 1, 2, 64, 256, [256, 1, 100, 7], seed=3)
+        q = q * scale
+        out = kernel(q, k_cache, v_cache, past_len, k_new, v_new, 64**-0.5)
+        assert (out - attend(q, k_cache, v_cache, past_len, k_new, v_new)).abs().max() < 1e-5
+
+
 def test_a_rows_output_does_not_depend_on_the_rest_of_the_batch(kernel):
     """Rows are independent tasks: the same row alone and inside a batch gives the same bits (a batched matmul does
     not promise this: its blocking follows the batch's shape)."""

@@ -16,12 +16,22 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
 
-constexpr int64_t kLanes = 16;  // independent partial sums per dot product, so the compiler vectorises it
+// Reductions keep kLanes independent partial results, combined by halves at the end: a single running sum would chain
+// every addition on the one before (no vectorising, a few cycles each), and a dot product is taken per cached key.
+constexpr int64_t kLanes = 16;
+
+inline float combine_sum(float* lanes) {
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+    for (int64_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  }
+  return lanes[0];
+}
 
 template <typename scalar_t>
 inline float dot(const float* q, const scalar_t* k, int64_t dim) {
@@ -30,10 +40,53 @@ inline float dot(const float* q, const scalar_t* k, int64_t dim) {
   for (; d + kLanes <= dim; d += kLanes) {
     for (int64_t l = 0; l < kLanes; ++l) lanes[l] += q[d + l] * static_cast<float>(k[d + l]);
   }
-  float sum = 0.f;
-  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-  for (; d < dim; ++d) sum += q[d] * static_cast<float>(k[d]);
-  return sum;
+  for (int64_t l = 0; d < dim; ++d, ++l) lanes[l] += q[d] * static_cast<float>(k[d]);
+  return combine_sum(lanes);
+}
+
+inline float max_of(const float* x, int64_t n) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, x[0]);
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = std::max(lanes[l], x[j + l]);
+  }
+  for (int64_t l = 0; j < n; ++j, ++l) lanes[l] = std::max(lanes[l], x[j]);
+  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
+    for (int64_t l = 0; l < width; ++l) lanes[l] = std::max(lanes[l], lanes[l + width]);
+  }
+  return lanes[0];
+}
+
+inline float sum_of(const float* x, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += x[j + l];
+  }
+  for (int64_t l = 0; j < n; ++j, ++l) lanes[l] += x[j];
+  return combine_sum(lanes);
+}
+
+// exp(x) for x <= 0 (a score minus its row's largest), as Cephes' expf: x = n·ln2 + r with |r| <= ln2/2 (ln2 split
+// in two constants so n·ln2 is exact), exp(r) by Cephes' degree-7 polynomial, times 2^n written into the exponent bits;
+// relative error ~1e-7. Branch-free, so the compiler vectorises the softmax loop; std::exp is a scalar libm call per
+// score (it was half the kernel's time with two query heads per kv head).
+inline float exp_nonpositive(float x) {
+  x = std::max(x, -87.0f);  // exp(-87) ~ 1.6e-38, the smallest normal float's scale; anything below counts as that
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return e * scale;
 }
 
 template <typename scalar_t>
@@ -74,13 +127,9 @@ void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, con
       for (int64_t g = 0; g < groups; ++g) {
         float* row_scores = &scores[g * (n + 1)];
         row_scores[n] = dot(&query[g * dim], key_new, dim);
-        const float top = *std::max_element(row_scores, row_scores + n + 1);
-        float total = 0.f;
-        for (int64_t j = 0; j <= n; ++j) {
-          row_scores[j] = std::exp(row_scores[j] - top);
-          total += row_scores[j];
-        }
-        const float inv_total = 1.f / total;
+        const float top = max_of(row_scores, n + 1);
+        for (int64_t j = 0; j <= n; ++j) row_scores[j] = exp_nonpositive(row_scores[j] - top);
+        const float inv_total = 1.f / sum_of(row_scores, n + 1);
         for (int64_t j = 0; j <= n; ++j) row_scores[j] *= inv_total;
       }
       std::fill(acc.begin(), acc.end(), 0.f);
