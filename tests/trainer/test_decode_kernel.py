@@ -1,6 +1,7 @@
 """The engine's C++ decode-attention kernel (trainer/engine/kernels.py) against `forward.attend`, its contract in
 torch: values, rows of any length, grouped-query heads, strided caches, batch invariance, bad input, and the build."""
 
+import re
 import shutil
 
 import pytest
@@ -32,7 +33,7 @@ def random_batch(rows: int, kv_heads: int, groups: int, head_dim: int, capacity:
 
 @pytest.mark.parametrize(
     ("kv_heads", "groups", "head_dim"),
-    [(1, 1, 64), (2, 3, 64), (1, 4, 80)],  # the local base; grouped-query heads; a head_dim that is not a multiple of 16
+    [(1, 1, 64), (2, 3, 64), (1, 4, 80)],  # the smoke base; grouped-query heads; head_dim not a multiple of 16
 )
 def test_the_kernel_equals_attention_in_torch(kernel, kv_heads, groups, head_dim):
     lengths = [0, 1, 17, 300, 512]  # no cached key (only its own), one, many, the whole capacity
@@ -88,7 +89,7 @@ def test_bfloat16_accumulates_in_fp32(kernel):
 def test_bad_input_is_a_clear_error(kernel, change, message):
     q, k_cache, v_cache, past_len, k_new, v_new = random_batch(2, 1, 1, 64, 128, [3, 4])
     args = change(dict(q=q, k_cache=k_cache, v_cache=v_cache, past_len=past_len, k_new=k_new, v_new=v_new))
-    with pytest.raises(RuntimeError, match=message.replace(".", r"\.").replace("[", r"\[")):
+    with pytest.raises(RuntimeError, match=re.escape(message)):
         kernel(*args.values(), 0.125)
 
 
@@ -105,7 +106,7 @@ def test_a_compile_error_is_reported_with_the_compilers_message(tmp_path, monkey
     broken.write_text("this is not C++\n")
     monkeypatch.setattr(kernels, "SOURCE", broken)
     target = tmp_path / "cache" / "decode_attention.so"
-    with pytest.raises(kernels.KernelBuildError, match="compiling decode_attention.cpp failed"):
+    with pytest.raises(kernels.KernelBuildError, match=r"compiling decode_attention\.cpp failed"):
         kernels.build(target)
     assert not target.exists()
 
