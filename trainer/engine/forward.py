@@ -373,7 +373,7 @@ def decode(
     """`forward` for one token per row: run `step` (`decode_step` or a compiled copy) over the rows' slots, with the
     decode kernel when it is built, store its keys and values at (slot, pos_B) and return fp32 logits [B, V]."""
     B, KV = tokens_B.shape[0], w.n_kv_heads
-    attention = decode_attention_op()
+    attention = decode_attention_op() if pool.k.device.type == "cpu" else None  # the kernel is CPU code
     longest = int(pos_B.max())
     pool.ensure_capacity(longest + 1)
     # The kernel stops at each row's own length, so it gets the whole capacity; `attend` reads up to the longest row.
