@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@# tests/trainer/test_hf_checkpoint.py builds Qwen's real tokenizer (no hub here); none of its code is imported.
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps qwen-agent==0.0.34
 	@# The engine's decode-attention kernel, compiled once here (~20 s) rather than in the first engine that needs it.
-	$(PY) -m trainer.engine.kernels
+	$(PY) -c "from trainer.engine.kernels import main; main()"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -54,11 +54,13 @@ def test_scores_far_apart_give_torchs_softmax(kernel):
         assert (out - attend(q, k_cache, v_cache, past_len, k_new, v_new)).abs().max() < 1e-5
 
 
-def test_a_rows_output_does_not_depend_on_the_rest_of_the_batch(kernel):
-    """Rows are independent tasks: the same row alone and inside a batch gives the same bits (a batched matmul does
-    not promise this: its blocking follows the batch's shape)."""
+def test_a_rows_output_depends_neither_on_the_rest_of_the_batch_nor_on_the_threads(kernel):
+    """Rows are independent tasks: the same row alone, inside a batch, and with the batch split over 1, 2, 3 or more
+    threads than rows gives the same bits (a batched matmul does not promise this: its blocking follows the shape)."""
     q, k_cache, v_cache, past_len, k_new, v_new = random_batch(6, 2, 2, 64, 256, [5, 250, 31, 0, 128, 77])
     batch = kernel(q, k_cache, v_cache, past_len, k_new, v_new, 0.125)
+    for threads in (2, 3, 16):
+        assert torch.equal(kernel(q, k_cache, v_cache, past_len, k_new, v_new, 0.125, threads), batch)
     for b in range(6):
         row = slice(b, b + 1)
         alone = kernel(q[row], k_cache[row], v_cache[row], past_len[row], k_new[row], v_new[row], 0.125)
@@ -83,14 +85,15 @@ def test_bfloat16_accumulates_in_fp32(kernel):
         (lambda a: {**a, "v_cache": a["v_cache"][:, :, :64]}, "v_cache"),
         (lambda a: {**a, "k_cache": a["k_cache"].transpose(2, 3)}, "head_dim must be contiguous"),
         (lambda a: {**a, "q": a["q"][:, :, 0]}, "q must be [rows, kv_heads, groups, head_dim]"),
+        (lambda a: {**a, "threads": 0}, "threads must be >= 1, got 0"),
     ],
-    ids=["too long", "negative", "float lengths", "dtype", "v shape", "strided head_dim", "q rank"],
+    ids=["too long", "negative", "float lengths", "dtype", "v shape", "strided head_dim", "q rank", "no threads"],
 )
 def test_bad_input_is_a_clear_error(kernel, change, message):
     q, k_cache, v_cache, past_len, k_new, v_new = random_batch(2, 1, 1, 64, 128, [3, 4])
-    args = change(dict(q=q, k_cache=k_cache, v_cache=v_cache, past_len=past_len, k_new=k_new, v_new=v_new))
+    args = dict(q=q, k_cache=k_cache, v_cache=v_cache, past_len=past_len, k_new=k_new, v_new=v_new, scale=0.125)
     with pytest.raises(RuntimeError, match=re.escape(message)):
-        kernel(*args.values(), 0.125)
+        kernel(**change(args))
 
 
 def test_a_failed_build_says_why_and_leaves_no_library(tmp_path, monkeypatch):

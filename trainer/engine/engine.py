@@ -111,6 +111,12 @@ class EngineConfig(BaseModel):
         description="torch intra-op threads, set by the worker (process-wide); None keeps torch's setting. "
         "Tiny models decode fastest with 1 on a shared CPU: OpenMP spin-waits starve busy cores.",
     )
+    attention_threads: int = Field(
+        default_factory=lambda: len(os.sched_getaffinity(0)),
+        ge=1,
+        description="threads the decode-attention kernel splits a step's rows over (default: the cores this process "
+        "may use). Attention reads the KV cache, which more cores read faster; its helpers block when idle.",
+    )
 
 
 @dataclass(eq=False)
@@ -391,7 +397,12 @@ class Engine:
         device = self._weights.embed.device
         tokens_B = torch.tensor([s.token_ids[-1] for s in seqs], device=device)
         pos_B = torch.tensor([len(s.prompt) + len(s.token_ids) - 1 for s in seqs], device=device)
-        self._sample(seqs, decode(self._weights, self._pool, 0, tokens_B, pos_B, self._guarded_decode_step))
+        self._sample(
+            seqs,
+            decode(
+                self._weights, self._pool, 0, tokens_B, pos_B, self._guarded_decode_step, self.config.attention_threads
+            ),
+        )
 
     def _guarded_decode_step(self, *args: Any) -> tuple[Tensor, Tensor, Tensor]:
         """The configured decode step; a compiled one that fails (no compiler, an inductor bug) is replaced by the

@@ -296,11 +296,12 @@ def decode_step(
     tokens_B: Tensor,
     pos_B: Tensor,
     attention: DecodeAttention | None = None,
+    threads: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One new token per row at position pos_B[b], the decode half of `forward`. `k_past`/`v_past`: the rows' caches,
     [layers, B, kv_heads, N, head_dim] with N > max(pos_B); row b attends to its first pos_B[b] cached positions and
     to its own new key, through `attention` — the C++ kernel (`kernels.decode_attention_op`), which reads each row only
-    up to its own length — or, when None, `attend` in torch.
+    up to its own length, on `threads` threads — or, when None, `attend` in torch.
 
     Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`decode` stores the new
     keys/values afterwards).
@@ -323,7 +324,7 @@ def decode_step(
         if attention is None:
             attn = attend(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D)
         else:
-            attn = attention(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D, D**-0.5)
+            attn = attention(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D, D**-0.5, threads)
         x = x + F.linear(attn.reshape(B, H * D), lw.o_proj[i])
         gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
         x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
@@ -334,7 +335,7 @@ def decode_step(
 
 
 DecodeStep = Callable[
-    [ModelWeights, Tensor, Tensor, Tensor, Tensor, DecodeAttention | None], tuple[Tensor, Tensor, Tensor]
+    [ModelWeights, Tensor, Tensor, Tensor, Tensor, DecodeAttention | None, int], tuple[Tensor, Tensor, Tensor]
 ]
 
 
@@ -368,10 +369,17 @@ def compiled_decode_step() -> DecodeStep:
 
 @torch.inference_mode()
 def decode(
-    w: ModelWeights, pool: KVPool, first_slot: int, tokens_B: Tensor, pos_B: Tensor, step: DecodeStep = decode_step
+    w: ModelWeights,
+    pool: KVPool,
+    first_slot: int,
+    tokens_B: Tensor,
+    pos_B: Tensor,
+    step: DecodeStep = decode_step,
+    attention_threads: int = 1,
 ) -> Tensor:
     """`forward` for one token per row: run `step` (`decode_step` or a compiled copy) over the rows' slots, with the
-    decode kernel when it is built, store its keys and values at (slot, pos_B) and return fp32 logits [B, V]."""
+    decode kernel when it is built (on `attention_threads` threads), store its keys and values at (slot, pos_B) and
+    return fp32 logits [B, V]."""
     B, KV = tokens_B.shape[0], w.n_kv_heads
     attention = decode_attention_op() if pool.k.device.type == "cpu" else None  # the kernel is CPU code
     longest = int(pos_B.max())
@@ -382,7 +390,7 @@ def decode(
     k_past, v_past = pool.k[:, slots, :, :n_past], pool.v[:, slots, :, :n_past]
     for past in (k_past, v_past):
         torch._dynamo.mark_static(past, [0, 2, 4])
-    logits_BV, k_LND, v_LND = step(w, k_past, v_past, tokens_B, pos_B, attention)
+    logits_BV, k_LND, v_LND = step(w, k_past, v_past, tokens_B, pos_B, attention, attention_threads)
     # One index_copy_ per cache over its [layers, slots * kv_heads * capacity, head_dim] view: the row of (slot s,
     # head h, position p) is (s * kv_heads + h) * capacity + p.
     heads_BK = first_slot * KV + torch.arange(B * KV, device=pos_B.device).view(B, KV)

