@@ -291,17 +291,21 @@ def attend(
 
 def decode_step(
     w: ModelWeights,
-    k_past: Tensor,
-    v_past: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    first_slot: int,
+    n_past: int,
     tokens_B: Tensor,
     pos_B: Tensor,
     attention: DecodeAttention | None = None,
     threads: int = 1,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """One new token per row at position pos_B[b], the decode half of `forward`. `k_past`/`v_past`: the rows' caches,
-    [layers, B, kv_heads, N, head_dim] with N > max(pos_B); row b attends to its first pos_B[b] cached positions and
-    to its own new key, through `attention` — the C++ kernel (`kernels.decode_attention_op`), which reads each row only
-    up to its own length, on `threads` threads — or, when None, `attend` in torch.
+    """One new token per row (row b → KV slot first_slot + b, at position pos_B[b]), the decode half of `forward`.
+    Row b attends to its first pos_B[b] cached positions (of the first `n_past` > max(pos_B) it is given) and to its
+    own new key, through `attention` — the C++ kernel (`kernels.decode_attention_op`), which reads each row only up to
+    its own length, on `threads` threads — or, when None, `attend` in torch. The whole caches come in (a view of the
+    rows' slots would have strides equal to a contiguous tensor's whenever the batch fills the pool, and a compiled
+    step guards on that coincidence).
 
     Pure — it reads the cache and writes nothing — so `torch.compile` can fuse it whole (`decode` stores the new
     keys/values afterwards).
@@ -316,15 +320,17 @@ def decode_step(
     new_k, new_v = [], []
     x = F.embedding(tokens_B, w.embed)
     lw = w.layers
+    rows = slice(first_slot, first_slot + B)
     for i in range(w.n_layers):
         qkv = F.linear(rms_norm(x, lw.input_norm[i], w.eps), lw.qkv_proj[i]).view(B, H + 2 * KV, D)
         qk = apply_rope(rms_norm(qkv[:, : H + KV], lw.qk_norm[i], w.eps), cos_B1D, sin_B1D)
         q_BKGD = qk[:, :H].reshape(B, KV, H // KV, D)
         k_BK1D, v_BK1D = qk[:, H:, None], qkv[:, H + KV :, None]
+        k_past, v_past = k_cache[i, rows, :, :n_past], v_cache[i, rows, :, :n_past]
         if attention is None:
-            attn = attend(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D)
+            attn = attend(q_BKGD, k_past, v_past, pos_B, k_BK1D, v_BK1D)
         else:
-            attn = attention(q_BKGD, k_past[i], v_past[i], pos_B, k_BK1D, v_BK1D, D**-0.5, threads)
+            attn = attention(q_BKGD, k_past, v_past, pos_B, k_BK1D, v_BK1D, D**-0.5, threads)
         x = x + F.linear(attn.reshape(B, H * D), lw.o_proj[i])
         gate, up = F.linear(rms_norm(x, lw.post_norm[i], w.eps), lw.gate_up_proj[i]).split(w.intermediate, dim=-1)
         x = x + F.linear(F.silu(gate) * up, lw.down_proj[i])
@@ -335,7 +341,8 @@ def decode_step(
 
 
 DecodeStep = Callable[
-    [ModelWeights, Tensor, Tensor, Tensor, Tensor, DecodeAttention | None, int], tuple[Tensor, Tensor, Tensor]
+    [ModelWeights, Tensor, Tensor, int, int, Tensor, Tensor, DecodeAttention | None, int],
+    tuple[Tensor, Tensor, Tensor],
 ]
 
 
@@ -386,11 +393,7 @@ def decode(
     pool.ensure_capacity(longest + 1)
     # The kernel stops at each row's own length, so it gets the whole capacity; `attend` reads up to the longest row.
     n_past = pool.capacity if attention is not None else longest
-    slots = slice(first_slot, first_slot + B)
-    k_past, v_past = pool.k[:, slots, :, :n_past], pool.v[:, slots, :, :n_past]
-    for past in (k_past, v_past):
-        torch._dynamo.mark_static(past, [0, 2, 4])
-    logits_BV, k_LND, v_LND = step(w, k_past, v_past, tokens_B, pos_B, attention, attention_threads)
+    logits_BV, k_LND, v_LND = step(w, pool.k, pool.v, first_slot, n_past, tokens_B, pos_B, attention, attention_threads)
     # One index_copy_ per cache over its [layers, slots * kv_heads * capacity, head_dim] view: the row of (slot s,
     # head h, position p) is (s * kv_heads + h) * capacity + p.
     heads_BK = first_slot * KV + torch.arange(B * KV, device=pos_B.device).view(B, KV)
