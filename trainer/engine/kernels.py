@@ -51,13 +51,13 @@ class KernelBuildError(RuntimeError):
 
 
 def _cpu_model() -> str:
+    """The CPU's model name and instruction-set flags (what `-march=native` compiles for), or the platform's name."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                return line
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    first_cpu = lines[: lines.index("")] if "" in lines else lines
+    return "\n".join(line for line in first_cpu if line.startswith(("model name", "flags")))
 
 
 def _build_command(output: Path) -> list[str]:
