@@ -260,12 +260,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="local", help="whose base and environment (default: the demo's)")
     parser.add_argument("--out", type=Path, default=Path("runs/vs_trl"))
-    parser.add_argument(
-        "--base-only",
-        action="store_true",
-        help="bootstrap (or find) the profile's base and stop; `make bench-trl` runs this in the main venv first, as "
-        "the bootstrap's parity check replays code-only traces through the app CLI, which fails under the TRL venv",
-    )
     parser.add_argument("--tasks", type=int, default=8, help="train tasks with base reward variance to train on")
     parser.add_argument("--heldout", type=int, default=24, help="held-out tasks evaluated")
     parser.add_argument("--samples", type=int, default=4, help="group size G")
@@ -293,9 +287,6 @@ def main() -> None:
     environment = profile.environment
     data = environment_build(environment.data, environment.seed, environment.worlds_per_domain)
     base = bootstrap(profile.policy.bootstrap, data, profile.policy.cache, progress=print).path
-    if args.base_only:
-        print(f"base: {base}")
-        return
     spec = BootstrapReport.model_validate_json((base / "bootstrap.json").read_text()).spec
     worlds, tasks = data / "worlds", select_tasks(load_tasks(data), spec)
     out = args.out / time.strftime("%Y%m%d-%H%M%S")

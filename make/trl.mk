@@ -22,5 +22,4 @@ $(TRL_STAMP): make/trl.mk $(STAMP)
 install-trl: $(TRL_STAMP)
 
 bench-trl: install install-trl
-	$(PY) benchmarks/vs_trl.py --base-only
 	$(TRL_PY) benchmarks/vs_trl.py

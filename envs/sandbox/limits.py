@@ -255,9 +255,11 @@ def bwrap_argv(
 
 @functools.cache
 def _runtime_roots() -> tuple[str, ...]:
-    """The folders of this interpreter: the venv (its site-packages hold the tools' packages) and the base
-    installation it points to (the standard library, libpython)."""
+    """The folders of this interpreter: the venv (its site-packages hold the tools' packages), the base installation
+    it points to (the standard library, libpython), and any other site-packages on its path — a venv layered on
+    another by a ``.pth`` line (``make install-trl``) imports the tools' packages from there."""
     roots = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent}
+    roots |= {Path(entry).resolve() for entry in sys.path if Path(entry).name in ("site-packages", "dist-packages")}
     roots = {root for root in roots if root.is_dir() and root != Path("/")}
     return tuple(
         sorted(str(root) for root in roots if not any(root != other and root.is_relative_to(other) for other in roots))

@@ -137,3 +137,18 @@ def test_bwrap_binds_runtime_roots_back_over_the_private_tmp(monkeypatch, tmp_pa
     tmpfs, runtime, world = argv.index("--tmpfs"), argv.index("/tmp/clone/.venv"), argv.index(str(tmp_path.resolve()))
     assert tmpfs < runtime < world
     assert argv[runtime - 1] == "--ro-bind" and argv[world - 1] == "--bind"
+
+
+def test_a_layered_venvs_other_site_packages_are_runtime_roots(monkeypatch, tmp_path):
+    """A venv layered on another by a .pth line (make install-trl) imports the tools' packages from the other's
+    site-packages: the sandbox must bind it too (else the app CLI cannot import them and a code-only replay differs)."""
+    from envs.sandbox import limits
+
+    other = tmp_path / "main" / "lib" / "python3.11" / "site-packages"
+    other.mkdir(parents=True)
+    monkeypatch.setattr(limits.sys, "path", [*limits.sys.path, str(other)])
+    limits._runtime_roots.cache_clear()
+    try:
+        assert str(other.resolve()) in limits._runtime_roots()
+    finally:
+        limits._runtime_roots.cache_clear()
