@@ -33,7 +33,8 @@ def random_batch(rows: int, kv_heads: int, groups: int, head_dim: int, capacity:
 
 @pytest.mark.parametrize(
     ("kv_heads", "groups", "head_dim"),
-    [(1, 1, 64), (2, 3, 64), (1, 4, 80)],  # the smoke base; grouped-query heads; head_dim not a multiple of 16
+    # The smoke base; grouped-query heads; Qwen3's head_dim and the fast path's widest; the plain loops' head_dim.
+    [(1, 1, 64), (2, 3, 64), (2, 2, 128), (1, 2, 256), (1, 4, 80)],
 )
 def test_the_kernel_equals_attention_in_torch(kernel, kv_heads, groups, head_dim):
     lengths = [0, 1, 17, 300, 512]  # no cached key (only its own), one, many, the whole capacity
@@ -54,10 +55,11 @@ def test_scores_far_apart_give_torchs_softmax(kernel):
         assert (out - attend(q, k_cache, v_cache, past_len, k_new, v_new)).abs().max() < 1e-5
 
 
-def test_a_rows_output_depends_neither_on_the_rest_of_the_batch_nor_on_the_threads(kernel):
+@pytest.mark.parametrize("head_dim", [64, 80])  # the fast path and the plain loops
+def test_a_rows_output_depends_neither_on_the_rest_of_the_batch_nor_on_the_threads(kernel, head_dim):
     """Rows are independent tasks: the same row alone, inside a batch, and with the batch split over 1, 2, 3 or more
     threads than rows gives the same bits (a batched matmul does not promise this: its blocking follows the shape)."""
-    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(6, 2, 2, 64, 256, [5, 250, 31, 0, 128, 77])
+    q, k_cache, v_cache, past_len, k_new, v_new = random_batch(6, 2, 2, head_dim, 256, [5, 250, 31, 0, 128, 77])
     batch = kernel(q, k_cache, v_cache, past_len, k_new, v_new, 0.125)
     for threads in (2, 3, 16):
         assert torch.equal(kernel(q, k_cache, v_cache, past_len, k_new, v_new, 0.125, threads), batch)
