@@ -206,7 +206,7 @@ def run_trl(
         temperature=harness.temperature,
         max_completion_length=harness.context_budget_tokens - longest,
         max_tool_calling_iterations=harness.max_turns - 1,
-        seed=0,
+        seed=args.seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
@@ -277,6 +277,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models)")
     parser.add_argument("--sides", default="sync,async,trl", help="which trainers to run, comma-separated")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of every side; each side's fastest is kept")
+    parser.add_argument("--seed", type=int, default=0, help="every side's training seed (the task screen keeps 0)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"  # environment_factory is experimental in TRL 1.16: said above
@@ -296,6 +297,7 @@ def main() -> None:
     train = overfit_subset(base, screen, worlds, candidates, args.tasks, args.eval_samples)
     heldout = [t for t in tasks if t.split is Split.HELDOUT][: args.heldout]
     common["tasks"] = TaskFilter(tier=None, split=None, ids=tuple(t.task_id for t in train))
+    common["seed"] = args.seed
     sync_config = SyncLoopConfig(**common)
     async_config = AsyncLoopConfig(
         **common, workers=args.workers, max_staleness=args.staleness, runtime=RuntimeKind(args.runtime)

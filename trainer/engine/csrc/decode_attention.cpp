@@ -151,6 +151,10 @@ void run_split(int64_t n, int64_t threads, Work work, Run run) {
 
 // ----- fp32, head_dim = 16 * kChunks ------------------------------------------------------------------------------
 
+// __builtin_shufflevector: Clang, and GCC from 12; an older compiler builds only the plain loops.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define RL_RECIPE_FAST_KERNEL 1
+
 constexpr int64_t kBlock = 16;  // keys per block: one vector of scores
 typedef float Vec __attribute__((vector_size(kBlock * sizeof(float))));
 
@@ -285,6 +289,8 @@ void decode_attention_fast(const at::Tensor& q, const at::Tensor& k_cache, const
   run_split(rows * kv_heads, threads, [&](int64_t task) { return lengths[task / kv_heads] + 1; }, run_tasks);
 }
 
+#endif  // RL_RECIPE_FAST_KERNEL
+
 // ----- any dtype, any head_dim ------------------------------------------------------------------------------------
 
 template <typename scalar_t>
@@ -359,10 +365,12 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   at::Tensor out = at::empty(q.sizes(), q.options());
   if (q.numel() == 0) return out;
   const at::Tensor q_c = q.contiguous(), k_new_c = k_new.contiguous(), v_new_c = v_new.contiguous();
+#ifdef RL_RECIPE_FAST_KERNEL
   if (fast_path(q)) {
     decode_attention_fast(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out);
     return out;
   }
+#endif
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "decode_attention", [&] {
     decode_attention_kernel<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out);
   });
