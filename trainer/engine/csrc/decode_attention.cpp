@@ -11,7 +11,7 @@
 //
 // fp32 caches whose head_dim is 64, 128 or 256 take `FastKernel`, which works on blocks of 16 keys in 16-float vectors
 // (GCC/Clang vector extensions: one AVX-512 register, two AVX2 ones, or whatever the target has); anything else (bf16,
-// other head sizes) takes the plain loops of `decode_attention_kernel`.
+// other head sizes) takes the plain loops of `plain_task`.
 
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -25,6 +25,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -149,6 +150,51 @@ void run_split(int64_t n, int64_t threads, Work work, Run run) {
   for (auto& helper : helpers) helper.get();
 }
 
+// One (row, kv head) task: its G query heads (fp32, already scaled), its n cached keys and values (`key_stride` and
+// `value_stride` elements apart), its new key and value, and where its G outputs go.
+template <typename scalar_t>
+struct Task {
+  const float* query;
+  const scalar_t* keys;
+  const scalar_t* values;
+  int64_t key_stride, value_stride, n;
+  const scalar_t* key_new;
+  const scalar_t* value_new;
+  scalar_t* out;
+};
+
+// Runs every (row, kv head) task of the batch, split over `threads` by the keys each reads (`run_split`). Each thread
+// calls `make_worker(groups, dim, longest)` once for the callable that runs one `Task` with that thread's scratch.
+template <typename scalar_t, typename MakeWorker>
+void for_each_task(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                   const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new, double scale,
+                   int64_t threads, at::Tensor& out, MakeWorker make_worker) {
+  const int64_t rows = q.size(0), kv_heads = q.size(1), groups = q.size(2), dim = q.size(3);
+  const int64_t* lengths = past_len.data_ptr<int64_t>();
+  const scalar_t* q_data = q.data_ptr<scalar_t>();
+  const scalar_t* kc = k_cache.data_ptr<scalar_t>();
+  const scalar_t* vc = v_cache.data_ptr<scalar_t>();
+  const scalar_t* kn = k_new.data_ptr<scalar_t>();
+  const scalar_t* vn = v_new.data_ptr<scalar_t>();
+  scalar_t* out_data = out.data_ptr<scalar_t>();
+  const int64_t longest = *std::max_element(lengths, lengths + rows);
+  const float scale_f = static_cast<float>(scale);
+
+  auto run_tasks = [&](int64_t begin, int64_t end) {
+    std::vector<float> query(groups * dim);
+    auto work = make_worker(groups, dim, longest);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / kv_heads, h = task % kv_heads;
+      const scalar_t* task_query = q_data + task * groups * dim;
+      for (int64_t i = 0; i < groups * dim; ++i) query[i] = static_cast<float>(task_query[i]) * scale_f;
+      work(Task<scalar_t>{query.data(), kc + b * k_cache.stride(0) + h * k_cache.stride(1),
+                          vc + b * v_cache.stride(0) + h * v_cache.stride(1), k_cache.stride(2), v_cache.stride(2),
+                          lengths[b], kn + task * dim, vn + task * dim, out_data + task * groups * dim});
+    }
+  };
+  run_split(rows * kv_heads, threads, [&](int64_t task) { return lengths[task / kv_heads] + 1; }, run_tasks);
+}
+
 // ----- fp32, head_dim = 16 * kChunks ------------------------------------------------------------------------------
 
 // __builtin_shufflevector: Clang, and GCC from 12; an older compiler builds only the plain loops.
@@ -189,18 +235,18 @@ inline Vec transpose_sum(Vec* part) {
          __builtin_shufflevector(part[0], part[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
-// One (row, kv head) task: n cached keys/values `pos_stride` floats apart, G query heads (`query`, already scaled).
-// Scores: per block of 16 keys and query head, each key's head_dim products summed into one vector, then the block's
-// 16 vectors transposed and summed into its 16 scores. Values: per block and query head, the probability-weighted
-// values added into an accumulator held in registers. A block's keys (or values) stay in L1 while every query head
+// One task (`Task`) of G query heads; `scores` holds each head's scores `score_stride` apart. Scores: per block of
+// 16 keys and query head, each key's head_dim products summed into one vector, then the block's 16 vectors transposed
+// and summed into its 16 scores. Values: per block and query head, the probability-weighted values added into an
+// accumulator held in registers. A block's keys (or values) stay in L1 while every query head
 // reads them, so the cache is streamed from memory once.
 template <int64_t kChunks>
 struct FastKernel {
   static constexpr int64_t kDim = kChunks * kBlock;
 
-  static void run(const float* query, int64_t groups, const float* keys, const float* values, int64_t pos_stride,
-                  int64_t v_stride, int64_t n, const float* key_new, const float* value_new, float* scores,
-                  int64_t score_stride, float* out) {
+  static void run(const Task<float>& task, int64_t groups, float* scores, int64_t score_stride) {
+    const float *query = task.query, *keys = task.keys, *values = task.values;
+    const int64_t n = task.n;
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
       const int64_t m = std::min(kBlock, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
@@ -208,7 +254,8 @@ struct FastKernel {
         for (int64_t c = 0; c < kChunks; ++c) q[c] = load(query + g * kDim + c * kBlock);
         Vec part[kBlock];
         for (int64_t l = 0; l < kBlock; ++l) {
-          const float* key = keys + (j0 + std::min(l, m - 1)) * pos_stride;  // a short last block repeats its last key
+          // A short last block repeats its last key.
+          const float* key = keys + (j0 + std::min(l, m - 1)) * task.key_stride;
           Vec sum = load(key) * q[0];
           for (int64_t c = 1; c < kChunks; ++c) sum += load(key + c * kBlock) * q[c];
           part[l] = sum;
@@ -218,31 +265,32 @@ struct FastKernel {
     }
     for (int64_t g = 0; g < groups; ++g) {
       float* row_scores = scores + g * score_stride;
-      row_scores[n] = dot(query + g * kDim, key_new, kDim);
+      row_scores[n] = dot(query + g * kDim, task.key_new, kDim);
       softmax_in_place(row_scores, n + 1);
     }
     Vec acc[kChunks];
     for (int64_t g = 0; g < groups; ++g) {
       const float weight = scores[g * score_stride + n];
-      for (int64_t c = 0; c < kChunks; ++c) store(out + g * kDim + c * kBlock, load(value_new + c * kBlock) * weight);
+      for (int64_t c = 0; c < kChunks; ++c) {
+        store(task.out + g * kDim + c * kBlock, load(task.value_new + c * kBlock) * weight);
+      }
     }
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
       const int64_t m = std::min(kBlock, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
         const float* weights = scores + g * score_stride + j0;
-        for (int64_t c = 0; c < kChunks; ++c) acc[c] = load(out + g * kDim + c * kBlock);
+        for (int64_t c = 0; c < kChunks; ++c) acc[c] = load(task.out + g * kDim + c * kBlock);
         for (int64_t l = 0; l < m; ++l) {
-          const float* value = values + (j0 + l) * v_stride;
+          const float* value = values + (j0 + l) * task.value_stride;
           for (int64_t c = 0; c < kChunks; ++c) acc[c] += load(value + c * kBlock) * weights[l];
         }
-        for (int64_t c = 0; c < kChunks; ++c) store(out + g * kDim + c * kBlock, acc[c]);
+        for (int64_t c = 0; c < kChunks; ++c) store(task.out + g * kDim + c * kBlock, acc[c]);
       }
     }
   }
 };
 
-using FastRun = void (*)(const float*, int64_t, const float*, const float*, int64_t, int64_t, int64_t, const float*,
-                         const float*, float*, int64_t, float*);
+using FastRun = void (*)(const Task<float>&, int64_t, float*, int64_t);
 
 FastRun fast_kernel_for(int64_t dim) {
   switch (dim) {
@@ -259,34 +307,16 @@ FastRun fast_kernel_for(int64_t dim) {
 
 bool fast_path(const at::Tensor& q) { return q.scalar_type() == at::kFloat && fast_kernel_for(q.size(3)) != nullptr; }
 
-void decode_attention_fast(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                           const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new, double scale,
-                           int64_t threads, at::Tensor& out) {
-  const int64_t rows = q.size(0), kv_heads = q.size(1), groups = q.size(2), dim = q.size(3);
-  const FastRun run = fast_kernel_for(dim);
-  const int64_t* lengths = past_len.data_ptr<int64_t>();
-  const float* q_data = q.data_ptr<float>();
-  const float* kc = k_cache.data_ptr<float>();
-  const float* vc = v_cache.data_ptr<float>();
-  const float* kn = k_new.data_ptr<float>();
-  const float* vn = v_new.data_ptr<float>();
-  float* out_data = out.data_ptr<float>();
-  const int64_t longest = *std::max_element(lengths, lengths + rows);
-  // Each query head's scores, padded so a block's full-vector store never reaches the next head's.
-  const int64_t score_stride = (longest + 1 + kBlock - 1) / kBlock * kBlock + kBlock;
-  const float scale_f = static_cast<float>(scale);
-
-  auto run_tasks = [&](int64_t begin, int64_t end) {
-    std::vector<float> query(groups * dim), scores(groups * score_stride);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / kv_heads, h = task % kv_heads;
-      for (int64_t i = 0; i < groups * dim; ++i) query[i] = q_data[task * groups * dim + i] * scale_f;
-      run(query.data(), groups, kc + b * k_cache.stride(0) + h * k_cache.stride(1),
-          vc + b * v_cache.stride(0) + h * v_cache.stride(1), k_cache.stride(2), v_cache.stride(2), lengths[b],
-          kn + task * dim, vn + task * dim, scores.data(), score_stride, out_data + task * groups * dim);
-    }
+// The fast path's per-thread worker: each query head's scores padded so a block's full-vector store never reaches the
+// next head's.
+auto fast_worker(FastRun run) {
+  return [run](int64_t groups, int64_t, int64_t longest) {
+    const int64_t score_stride = (longest + 1 + kBlock - 1) / kBlock * kBlock + kBlock;
+    std::vector<float> scores(groups * score_stride);
+    return [run, groups, score_stride, scores = std::move(scores)](const Task<float>& task) mutable {
+      run(task, groups, scores.data(), score_stride);
+    };
   };
-  run_split(rows * kv_heads, threads, [&](int64_t task) { return lengths[task / kv_heads] + 1; }, run_tasks);
 }
 
 #endif  // RL_RECIPE_FAST_KERNEL
@@ -294,51 +324,38 @@ void decode_attention_fast(const at::Tensor& q, const at::Tensor& k_cache, const
 // ----- any dtype, any head_dim ------------------------------------------------------------------------------------
 
 template <typename scalar_t>
-void decode_attention_kernel(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                             const at::Tensor& past_len, const at::Tensor& k_new, const at::Tensor& v_new,
-                             double scale, int64_t threads, at::Tensor& out) {
-  const int64_t rows = q.size(0), kv_heads = q.size(1), groups = q.size(2), dim = q.size(3);
-  const int64_t* lengths = past_len.data_ptr<int64_t>();
-  const scalar_t* q_data = q.data_ptr<scalar_t>();
-  const scalar_t* kc = k_cache.data_ptr<scalar_t>();
-  const scalar_t* vc = v_cache.data_ptr<scalar_t>();
-  const scalar_t* kn = k_new.data_ptr<scalar_t>();
-  const scalar_t* vn = v_new.data_ptr<scalar_t>();
-  scalar_t* out_data = out.data_ptr<scalar_t>();
-  const int64_t cache_row = k_cache.stride(0), cache_head = k_cache.stride(1), cache_pos = k_cache.stride(2);
-  const int64_t v_row = v_cache.stride(0), v_head = v_cache.stride(1), v_pos = v_cache.stride(2);
-  const int64_t longest = *std::max_element(lengths, lengths + rows);
-  const float scale_f = static_cast<float>(scale);
-
-  auto run_tasks = [&](int64_t begin, int64_t end) {
-    std::vector<float> query(groups * dim), acc(groups * dim), scores(groups * (longest + 1));
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / kv_heads, h = task % kv_heads, n = lengths[b];
-      const scalar_t* keys = kc + b * cache_row + h * cache_head;
-      const scalar_t* values = vc + b * v_row + h * v_head;
-      const scalar_t* key_new = kn + task * dim;
-      const scalar_t* value_new = vn + task * dim;
-      for (int64_t i = 0; i < groups * dim; ++i) query[i] = static_cast<float>(q_data[task * groups * dim + i]) * scale_f;
-      // scores[g * (n + 1) + j]: position j < n of the cache, then the new key at j = n.
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t g = 0; g < groups; ++g) scores[g * (n + 1) + j] = dot(&query[g * dim], keys + j * cache_pos, dim);
-      }
-      for (int64_t g = 0; g < groups; ++g) {
-        float* row_scores = &scores[g * (n + 1)];
-        row_scores[n] = dot(&query[g * dim], key_new, dim);
-        softmax_in_place(row_scores, n + 1);
-      }
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t g = 0; g < groups; ++g) add_scaled(&acc[g * dim], values + j * v_pos, scores[g * (n + 1) + j], dim);
-      }
-      for (int64_t g = 0; g < groups; ++g) {
-        add_scaled(&acc[g * dim], value_new, scores[g * (n + 1) + n], dim);
-        for (int64_t d = 0; d < dim; ++d) out_data[(task * groups + g) * dim + d] = static_cast<scalar_t>(acc[g * dim + d]);
-      }
+void plain_task(const Task<scalar_t>& task, int64_t groups, int64_t dim, float* scores, float* acc) {
+  const int64_t n = task.n;
+  // scores[g * (n + 1) + j]: position j < n of the cache, then the new key at j = n.
+  for (int64_t j = 0; j < n; ++j) {
+    const scalar_t* key = task.keys + j * task.key_stride;
+    for (int64_t g = 0; g < groups; ++g) scores[g * (n + 1) + j] = dot(task.query + g * dim, key, dim);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    float* row_scores = scores + g * (n + 1);
+    row_scores[n] = dot(task.query + g * dim, task.key_new, dim);
+    softmax_in_place(row_scores, n + 1);
+  }
+  std::fill(acc, acc + groups * dim, 0.f);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t g = 0; g < groups; ++g) {
+      add_scaled(acc + g * dim, task.values + j * task.value_stride, scores[g * (n + 1) + j], dim);
     }
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    add_scaled(acc + g * dim, task.value_new, scores[g * (n + 1) + n], dim);
+    for (int64_t d = 0; d < dim; ++d) task.out[g * dim + d] = static_cast<scalar_t>(acc[g * dim + d]);
+  }
+}
+
+template <typename scalar_t>
+auto plain_worker() {
+  return [](int64_t groups, int64_t dim, int64_t longest) {
+    return [groups, dim, scores = std::vector<float>(groups * (longest + 1)),
+            acc = std::vector<float>(groups * dim)](const Task<scalar_t>& task) mutable {
+      plain_task(task, groups, dim, scores.data(), acc.data());
+    };
   };
-  run_split(rows * kv_heads, threads, [&](int64_t task) { return lengths[task / kv_heads] + 1; }, run_tasks);
 }
 
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -367,12 +384,14 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   const at::Tensor q_c = q.contiguous(), k_new_c = k_new.contiguous(), v_new_c = v_new.contiguous();
 #ifdef RL_RECIPE_FAST_KERNEL
   if (fast_path(q)) {
-    decode_attention_fast(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out);
+    for_each_task<float>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out,
+                         fast_worker(fast_kernel_for(q.size(3))));
     return out;
   }
 #endif
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "decode_attention", [&] {
-    decode_attention_kernel<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out);
+    for_each_task<scalar_t>(q_c, k_cache, v_cache, lengths, k_new_c, v_new_c, scale, threads, out,
+                            plain_worker<scalar_t>());
   });
   return out;
 }
