@@ -1,8 +1,12 @@
 """The engine's C++ decode-attention kernel (trainer/engine/kernels.py) against `forward.attend`, its contract in
 torch: values, rows of any length, grouped-query heads, strided caches, batch invariance, bad input, and the build."""
 
+import concurrent.futures
+import os
 import re
 import shutil
+import signal
+import time
 
 import pytest
 import torch
@@ -67,6 +71,41 @@ def test_a_rows_output_depends_neither_on_the_rest_of_the_batch_nor_on_the_threa
         row = slice(b, b + 1)
         alone = kernel(q[row], k_cache[row], v_cache[row], past_len[row], k_new[row], v_new[row], 0.125)
         assert torch.equal(alone[0], batch[b])
+
+
+def test_callers_on_several_threads_share_the_helpers_one_call_at_a_time(kernel):
+    """The helper threads serve one split call at a time: calls from several threads at once (torch releases the GIL
+    in the op) each get their own, correct result."""
+    batches = [random_batch(8, 1, 2, 64, 256, [250, 3, 100, 7, 0, 64, 200, 31], seed=seed) for seed in range(4)]
+    expected = [kernel(*batch, 0.125) for batch in batches]
+
+    def call(index: int) -> bool:
+        return all(torch.equal(kernel(*batches[index], 0.125, 2), expected[index]) for _ in range(50))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(call, range(4)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
+def test_a_forked_child_gets_helpers_of_its_own(kernel):
+    """A fork copies the parent's helper pool but not its threads: the child must start its own helpers, not wait
+    forever on threads that do not exist there."""
+    batch = random_batch(6, 1, 2, 64, 256, [250, 3, 100, 7, 0, 64])
+    expected = kernel(*batch, 0.125, 2)  # the parent's helpers exist before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 if the split call returns the parent's result
+        signal.alarm(60)
+        os._exit(0 if torch.equal(kernel(*batch, 0.125, 2), expected) else 1)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's split call hung")
 
 
 def test_bfloat16_accumulates_in_fp32(kernel):
