@@ -115,8 +115,9 @@ class EngineConfig(BaseModel):
         default_factory=lambda: len(os.sched_getaffinity(0)),
         ge=1,
         description="threads the decode-attention kernel splits a step's rows over (default: the cores this process "
-        "may use). Attention reads the KV cache, which more cores read faster; its helpers spin for up to 2 ms after "
-        "a call (yielding to other threads after 50 us), then block, so an idle engine keeps no core busy.",
+        "may use). Attention reads the KV cache, which more cores read faster; its helpers wait for the next call "
+        "spinning for up to 0.5 ms (yielding to other threads after 50 us), then block: an idle engine keeps no core "
+        "busy, and a chunk no helper has claimed in time is run by the caller.",
     )
 
 

@@ -119,11 +119,15 @@ inline void add_scaled(float* out, const scalar_t* v, float weight, int64_t dim)
 // Helper threads that stay awake between the calls of a decode step. Handing a chunk to a sleeping thread and
 // waiting for it cost ~60-100 us a call here (measured 2026-12-05 with ATen's inter-op pool, which blocks at once:
 // two wake-ups of a halted virtual CPU) — as much as a layer's attention at batch 16, so two threads were no faster
-// than one. A helper that has run a chunk therefore waits for the next by spinning: `kSpinAlone` on the CPU's pause
-// instruction, then yielding its core to any other runnable thread (the server's event loop, a trainer) until `kSpin`,
-// then blocking. Within a step (calls a few hundred us apart) and between steps it answers at once; when the engine
-// idles it sleeps. The caller runs chunk 0 itself and spins for the rest. One `run` at a time (a mutex): the engine
-// has one worker thread. After a fork the child starts a fresh pool (the parent's threads do not exist there).
+// than one. So:
+// - a helper that has run a chunk waits for the next by spinning, `kSpinAlone` on the CPU's pause instruction, then
+//   yielding its core to any other runnable thread (the server's event loop, a trainer's process) until `kSpin`, then
+//   blocks: within a step (calls a few hundred us apart) it answers at once, and an idle engine keeps no core busy;
+// - chunks are claimed, not assigned: the caller runs chunk 0, then claims every chunk no helper has yet, so a helper
+//   that is asleep or descheduled (another process on its core) never makes a call slower than one thread would be;
+//   the caller waits only for chunks a helper is running.
+// One `run` at a time (a mutex): the engine has one worker thread. After a fork the child starts a fresh pool (the
+// parent's threads do not exist there).
 class HotPool {
  public:
   static HotPool& instance() {
@@ -138,14 +142,14 @@ class HotPool {
     return *pool;
   }
 
-  // Calls job(chunk) for chunk in [0, chunks): chunk 0 on the calling thread, the others on helpers; rethrows the
-  // first exception after every chunk has finished (the job is borrowed by the helpers).
+  // Calls job(chunk) once for every chunk in [0, chunks), on the calling thread and up to chunks - 1 helpers; rethrows
+  // the first exception after every chunk has finished (the job is borrowed by the helpers).
   template <typename Job>
   void run(int64_t chunks, Job&& job) {
     std::lock_guard<std::mutex> serial(run_mutex_);
     while (static_cast<int64_t>(helpers_.size()) < chunks - 1) {
-      helpers_.push_back(std::make_unique<Helper>());
-      std::thread([this, helper = helpers_.back().get()] { serve(*helper); }).detach();
+      helpers_.emplace_back([this] { serve(); });
+      helpers_.back().detach();
     }
     std::vector<std::exception_ptr> failures(chunks);
     const std::function<void(int64_t)> guarded = [&](int64_t chunk) {
@@ -155,35 +159,33 @@ class HotPool {
         failures[chunk] = std::current_exception();
       }
     };
-    pending_.store(chunks - 1, std::memory_order_relaxed);
-    for (int64_t chunk = 1; chunk < chunks; ++chunk) {
-      Helper& helper = *helpers_[chunk - 1];
-      helper.job = &guarded;
-      helper.chunk = chunk;
-      helper.ticket.fetch_add(1, std::memory_order_seq_cst);  // publishes job and chunk
-    }
+    const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+    // First the claim word: a helper still holding the previous generation can no longer claim anything.
+    claims_.store(generation << kChunkBits | 1, std::memory_order_seq_cst);
+    job_.store(&guarded, std::memory_order_relaxed);
+    chunks_.store(chunks, std::memory_order_relaxed);
+    unfinished_.store(chunks - 1, std::memory_order_relaxed);
+    generation_.store(generation, std::memory_order_seq_cst);  // publishes the three above
     if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard<std::mutex> lock(sleep_mutex_);
       wake_.notify_all();
     }
     guarded(0);
-    while (pending_.load(std::memory_order_acquire) > 0) pause();
+    run_claimed(generation, guarded, chunks);
+    while (unfinished_.load(std::memory_order_acquire) > 0) pause();
     for (auto& failure : failures) {
       if (failure) std::rethrow_exception(failure);
     }
   }
 
  private:
-  // Measured on the benchmark's turns and mixed mixes (2026-12-05): 0.5 ms of pure spinning, 2 ms with yielding
-  // after 20-100 us, and 5 ms were within noise of each other and all ~7-14 % faster than blocking at once.
+  // Measured 2026-12-05, the compiled server on the benchmark's mixes against blocking at once (ATen's pool): 0.5, 2
+  // and 5 ms of waiting all ran the turns mix 13-15 % and the 64 mixed requests 8-19 % faster, within noise of each
+  // other. In the async RL loop (benchmarks/vs_trl.py), whose trainer process shares the two cores, 2 ms made a step
+  // 2-5 % slower in four interleaved pairs; 0.5 ms did not (3.11 and 3.30 s against 3.51).
   static constexpr auto kSpinAlone = std::chrono::microseconds(50);
-  static constexpr auto kSpin = std::chrono::microseconds(2000);
-
-  struct alignas(64) Helper {
-    std::atomic<uint64_t> ticket{0};  // bumped once per chunk handed to this helper
-    const std::function<void(int64_t)>* job = nullptr;
-    int64_t chunk = 0;
-  };
+  static constexpr auto kSpin = std::chrono::microseconds(500);
+  static constexpr int kChunkBits = 16;  // claims_ = generation << kChunkBits | the next unclaimed chunk
 
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -191,19 +193,31 @@ class HotPool {
 #endif
   }
 
-  [[noreturn]] void serve(Helper& helper) {
-    uint64_t done = 0;
+  // Claims and runs chunks of `generation` until none is left (or a newer generation has begun).
+  void run_claimed(uint64_t generation, const std::function<void(int64_t)>& job, int64_t chunks) {
+    uint64_t claim = claims_.load(std::memory_order_acquire);
+    while (claim >> kChunkBits == generation && static_cast<int64_t>(claim & ((1u << kChunkBits) - 1)) < chunks) {
+      if (claims_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) {
+        job(static_cast<int64_t>(claim & ((1u << kChunkBits) - 1)));  // alive: `run` waits for this chunk
+        unfinished_.fetch_sub(1, std::memory_order_release);
+        claim = claims_.load(std::memory_order_acquire);
+      }
+    }
+  }
+
+  [[noreturn]] void serve() {
+    uint64_t seen = 0;
     while (true) {
       const auto started = std::chrono::steady_clock::now();
       bool yielding = false;
-      for (int spins = 1; helper.ticket.load(std::memory_order_acquire) == done; ++spins) {
+      for (int spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
         if (spins % 64 == 0) {
           const auto waited = std::chrono::steady_clock::now() - started;
           yielding = waited > kSpinAlone;
           if (waited > kSpin) {
             std::unique_lock<std::mutex> lock(sleep_mutex_);
             sleepers_.fetch_add(1, std::memory_order_seq_cst);
-            wake_.wait(lock, [&] { return helper.ticket.load(std::memory_order_seq_cst) != done; });
+            wake_.wait(lock, [&] { return generation_.load(std::memory_order_seq_cst) != seen; });
             sleepers_.fetch_sub(1, std::memory_order_relaxed);
           }
         }
@@ -213,16 +227,19 @@ class HotPool {
           pause();
         }
       }
-      ++done;
-      (*helper.job)(helper.chunk);
-      pending_.fetch_sub(1, std::memory_order_release);
+      seen = generation_.load(std::memory_order_acquire);
+      // job_ and chunks_ may already be a later generation's; run_claimed then claims nothing, as `seen` is stale.
+      run_claimed(seen, *job_.load(std::memory_order_relaxed), chunks_.load(std::memory_order_relaxed));
     }
   }
 
   std::mutex run_mutex_, sleep_mutex_;
   std::condition_variable wake_;
-  std::vector<std::unique_ptr<Helper>> helpers_;
-  std::atomic<int64_t> pending_{0}, sleepers_{0};
+  std::vector<std::thread> helpers_;
+  std::atomic<const std::function<void(int64_t)>*> job_{nullptr};
+  std::atomic<int64_t> chunks_{0};
+  std::atomic<uint64_t> generation_{0}, claims_{0};
+  std::atomic<int64_t> unfinished_{0}, sleepers_{0};
 };
 
 // Runs tasks [0, n) as `threads` contiguous chunks of about equal work (`work(task)`: keys read), the first on the
