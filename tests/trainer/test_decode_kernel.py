@@ -35,6 +35,28 @@ def random_batch(rows: int, kv_heads: int, groups: int, head_dim: int, capacity:
     return q, pool_k[2 : 2 + rows], pool_v[2 : 2 + rows], torch.tensor(lengths), k_new, v_new
 
 
+def run_in_forked_child(check, timeout_s: float = 90.0) -> None:
+    """Run `check()` in a forked child; fail unless it returns True in time."""
+    pid = os.fork()
+    if pid == 0:  # the child never returns into pytest, whatever `check` does
+        passed = False
+        try:
+            signal.alarm(int(timeout_s))
+            passed = bool(check())
+        finally:
+            os._exit(0 if passed else 1)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the forked child did not finish in {timeout_s:g} s")
+
+
 @pytest.mark.parametrize(
     ("kv_heads", "groups", "head_dim"),
     # The smoke base; grouped-query heads; Qwen3's head_dim and the fast path's widest; the plain loops' head_dim.
@@ -92,20 +114,21 @@ def test_a_forked_child_gets_helpers_of_its_own(kernel):
     forever on threads that do not exist there."""
     batch = random_batch(6, 1, 2, 64, 256, [250, 3, 100, 7, 0, 64])
     expected = kernel(*batch, 0.125, 2)  # the parent's helpers exist before the fork
-    pid = os.fork()
-    if pid == 0:  # the child: exit code 0 if the split call returns the parent's result
-        signal.alarm(60)
-        os._exit(0 if torch.equal(kernel(*batch, 0.125, 2), expected) else 1)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail("the forked child's split call hung")
+    run_in_forked_child(lambda: torch.equal(kernel(*batch, 0.125, 2), expected))
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_calls_finish_when_the_helpers_cannot_run_beside_the_caller(kernel):
+    """On one core a helper runs only when the caller yields it the core: the caller claims the chunks no helper has
+    picked up, so every call finishes (and gives the same bits) rather than waiting on a descheduled helper."""
+    batch = random_batch(8, 1, 2, 64, 256, [250, 3, 100, 7, 0, 64, 200, 31])
+    expected = kernel(*batch, 0.125)
+
+    def on_one_core() -> bool:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        return all(torch.equal(kernel(*batch, 0.125, threads), expected) for threads in (2, 4) for _ in range(200))
+
+    run_in_forked_child(on_one_core)
 
 
 def test_bfloat16_accumulates_in_fp32(kernel):

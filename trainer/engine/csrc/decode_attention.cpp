@@ -14,24 +14,23 @@
 // other head sizes) takes the plain loops of `plain_task`.
 
 #include <ATen/Dispatch.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
-#include <unistd.h>
-#include <memory>
 #include <utility>
 #include <vector>
 
@@ -242,13 +241,15 @@ class HotPool {
   std::atomic<int64_t> unfinished_{0}, sleepers_{0};
 };
 
+constexpr int64_t kMaxThreads = 256;  // a helper thread each; HotPool numbers chunks in 16 bits
+
 // Runs tasks [0, n) as `threads` contiguous chunks of about equal work (`work(task)`: keys read), the first on the
 // calling thread and the others on `HotPool`'s helpers. Why not at::parallel_for: it splits over the intra-op
 // threads, which the engine sets to one (a tiny model's matmuls run fastest single-threaded), while this loop reads
 // memory, which more cores read faster.
 template <typename Work, typename Run>
 void run_split(int64_t n, int64_t threads, Work work, Run run) {
-  threads = std::max<int64_t>(1, std::min(threads, n));
+  threads = std::max<int64_t>(1, std::min({threads, n, kMaxThreads}));
   if (threads == 1) return run(0, n);
   std::vector<int64_t> cumulative(n + 1, 0);
   for (int64_t task = 0; task < n; ++task) cumulative[task + 1] = cumulative[task] + work(task);
