@@ -119,8 +119,8 @@ def test_a_forked_child_gets_helpers_of_its_own(kernel):
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
 def test_calls_finish_when_the_helpers_cannot_run_beside_the_caller(kernel):
-    """On one core a helper runs only when the caller yields it the core: the caller claims the chunks no helper has
-    picked up, so every call finishes (and gives the same bits) rather than waiting on a descheduled helper."""
+    """On one core a helper runs only when the caller's thread is off the core: every call still finishes, with the
+    same bits — the caller claims the chunks no helper has picked up, and waits only for chunks a helper runs."""
     batch = random_batch(8, 1, 2, 64, 256, [250, 3, 100, 7, 0, 64, 200, 31])
     expected = kernel(*batch, 0.125)
 
