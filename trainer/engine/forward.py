@@ -210,6 +210,12 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
+def additive_mask(hidden: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where `hidden` is False, -inf where it is True: a mask added to attention scores (SDPA takes it as is, where a
+    boolean one is converted in every call)."""
+    return torch.zeros(hidden.shape, dtype=dtype, device=hidden.device).masked_fill_(hidden, float("-inf"))
+
+
 def apply_rope(x_BTHD: Tensor, cos_BT1D: Tensor, signed_sin_BT1D: Tensor) -> Tensor:
     """x*cos + rotate_half(x)*sin, rotate_half([a, b]) = [-b, a] over the two halves of head_dim.
 
@@ -233,14 +239,13 @@ def forward(
     sin_BT1D = F.embedding(pos_BT, w.signed_sin_PD)[:, :, None]
     # Query at position p may read keys at positions <= p of its own sequence. When every row starts at 0 that is
     # plain causal attention over the rows' own new keys: SDPA's is_causal kernel, ~2x faster than an explicit mask.
-    # Otherwise an additive mask (0 or -inf), built once: SDPA turns a boolean one into this in every layer (~12 % of
-    # its time for 4 rows x 49 new tokens over 700 keys).
+    # Otherwise an additive mask, built once: SDPA turns a boolean one into it in every layer (~12 % of its time for
+    # 4 rows x 49 new tokens over 700 keys).
     fresh = T > 1 and not bool(start_B.any())
     mask_B1TK = None
     if not fresh:
         future_BTK = torch.arange(n_keys, device=tokens_BT.device)[None, None, :] > pos_BT[:, :, None]
-        mask_BTK = torch.zeros(future_BTK.shape, dtype=w.embed.dtype, device=tokens_BT.device)
-        mask_B1TK = mask_BTK.masked_fill_(future_BTK, float("-inf"))[:, None]
+        mask_B1TK = additive_mask(future_BTK, w.embed.dtype)[:, None]
     rows_B1 = torch.arange(B, device=tokens_BT.device)[:, None]
     slots = slice(first_slot, first_slot + B)
 
@@ -279,9 +284,7 @@ def attend(
     """
     n_past = past_k_BKND.shape[2]
     future_BN = torch.arange(n_past, device=past_len_B.device)[None, :] >= past_len_B[:, None]
-    bias_B11N = torch.zeros(future_BN.shape, dtype=q_BKGD.dtype, device=q_BKGD.device).masked_fill(
-        future_BN, float("-inf")
-    )[:, None, None, :]
+    bias_B11N = additive_mask(future_BN, q_BKGD.dtype)[:, None, None, :]
     scores = torch.cat(
         (
             torch.matmul(q_BKGD, past_k_BKND.transpose(-1, -2)) + bias_B11N,

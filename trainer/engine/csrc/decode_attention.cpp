@@ -129,6 +129,8 @@ inline void add_scaled(float* out, const scalar_t* v, float weight, int64_t dim)
 // parent's threads do not exist there).
 class HotPool {
  public:
+  static constexpr int64_t kMaxChunks = 256;  // a helper thread each, at most
+
   static HotPool& instance() {
     static HotPool* pool = nullptr;
     static pid_t owner = 0;
@@ -145,6 +147,7 @@ class HotPool {
   // the first exception after every chunk has finished (the job is borrowed by the helpers).
   template <typename Job>
   void run(int64_t chunks, Job&& job) {
+    TORCH_CHECK(1 <= chunks && chunks <= kMaxChunks, "HotPool runs 1..", kMaxChunks, " chunks, got ", chunks);
     std::lock_guard<std::mutex> serial(run_mutex_);
     while (static_cast<int64_t>(helpers_.size()) < chunks - 1) {
       helpers_.emplace_back([this] { serve(); });
@@ -185,6 +188,7 @@ class HotPool {
   static constexpr auto kSpinAlone = std::chrono::microseconds(50);
   static constexpr auto kSpin = std::chrono::microseconds(500);
   static constexpr int kChunkBits = 16;  // claims_ = generation << kChunkBits | the next unclaimed chunk
+  static_assert(kMaxChunks < (int64_t{1} << kChunkBits), "chunk numbers must fit in the claim word");
 
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -241,15 +245,13 @@ class HotPool {
   std::atomic<int64_t> unfinished_{0}, sleepers_{0};
 };
 
-constexpr int64_t kMaxThreads = 256;  // a helper thread each; HotPool numbers chunks in 16 bits
-
 // Runs tasks [0, n) as `threads` contiguous chunks of about equal work (`work(task)`: keys read), the first on the
 // calling thread and the others on `HotPool`'s helpers. Why not at::parallel_for: it splits over the intra-op
 // threads, which the engine sets to one (a tiny model's matmuls run fastest single-threaded), while this loop reads
 // memory, which more cores read faster.
 template <typename Work, typename Run>
 void run_split(int64_t n, int64_t threads, Work work, Run run) {
-  threads = std::max<int64_t>(1, std::min({threads, n, kMaxThreads}));
+  threads = std::max<int64_t>(1, std::min({threads, n, HotPool::kMaxChunks}));
   if (threads == 1) return run(0, n);
   std::vector<int64_t> cumulative(n + 1, 0);
   for (int64_t task = 0; task < n; ++task) cumulative[task + 1] = cumulative[task] + work(task);
